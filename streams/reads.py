@@ -1,0 +1,72 @@
+"""Dream's three read modes, shared by the Python API, the HTTP endpoint and the CLI.
+
+default: active + superseded (labelled history) + patterns; merged and expired hidden.
+latest_only: active only (patterns included). include_merged: everything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+import numpy as np
+
+from dreamstream.schemas.memory import Memory
+from dreamstream.streams.store import MemoryStore
+
+Mode = Literal["default", "latest_only", "include_merged"]
+STATUSES: dict[str, tuple[str, ...] | None] = {
+    "default": ("active", "superseded"),
+    "latest_only": ("active",),
+    "include_merged": None,
+}
+
+
+def mode_from_flags(latest_only: bool = False, include_merged: bool = False) -> Mode:
+    if latest_only and include_merged:
+        raise ValueError("latest_only and include_merged exclude each other")
+    return "latest_only" if latest_only else "include_merged" if include_merged else "default"
+
+
+def _where(user_id: str, mode: str) -> dict[str, Any]:
+    if not user_id:
+        raise ValueError("a read must name a user")
+    if mode not in STATUSES:
+        raise ValueError(f"unknown read mode {mode!r}")
+    where: dict[str, Any] = {"user_id": user_id}
+    statuses = STATUSES[mode]
+    if statuses is not None:
+        where["status"] = list(statuses)
+    return where
+
+
+def label(memory: Memory) -> str:
+    """What a reader is shown beside the text: current, history, pattern, merged, expired."""
+    if memory.kind == "pattern":
+        return "pattern"
+    return {"active": "current", "superseded": "history"}.get(memory.status, memory.status)
+
+
+def row(memory: Memory, score: float | None = None) -> dict[str, Any]:
+    out = memory.export_row()
+    out["label"] = label(memory)
+    if score is not None:
+        out["score"] = round(score, 4)
+    return out
+
+
+def get(store: MemoryStore, user_id: str, mode: str = "default") -> list[dict[str, Any]]:
+    memories = sorted(store.scroll(_where(user_id, mode)), key=lambda m: (m.created_at, m.memory_id))
+    return [row(m) for m in memories]
+
+
+def search(
+    store: MemoryStore,
+    embed: Callable[[Sequence[str]], np.ndarray],
+    user_id: str,
+    text: str,
+    mode: str = "default",
+    limit: int = 10,
+) -> list[dict[str, Any]]:
+    vector = embed([text])[0]
+    return [row(m, s) for m, s in store.nearest(vector, _where(user_id, mode), limit)]
