@@ -13,7 +13,7 @@ import faust
 from dreamstream.streams import codecs as _codecs  # noqa: F401  (registers "orjson")
 
 
-class MemoryStatus(faust.Record, serializer="orjson", namespace="dreamstream.memory_status"):
+class MemoryStatus(faust.Record, serializer="orjson", include_metadata=False):
     type: str
     decision_id: str
     memory_id: str
@@ -27,7 +27,7 @@ class MemoryStatus(faust.Record, serializer="orjson", namespace="dreamstream.mem
     evidence: dict[str, Any] | None = None
 
 
-class DeadLetter(faust.Record, serializer="orjson", namespace="dreamstream.dead_letter"):
+class DeadLetter(faust.Record, serializer="orjson", include_metadata=False):
     type: str
     reason: str
     error: str

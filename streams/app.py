@@ -33,6 +33,7 @@ app = faust.App(
     topic_partitions=settings.topics.partitions,
     topic_replication_factor=1,
     web_host=settings.http_host,
+    web_bind=settings.http_host,
     web_port=settings.http_port,
     web_in_thread=False,
     consumer_auto_offset_reset="earliest",
@@ -136,9 +137,3 @@ async def memories_view(web: Any, request: Any) -> Any:
 
 def _flag(value: str | None) -> bool:
     return value is not None and value.lower() in ("1", "true", "yes", "on", "")
-
-
-def main() -> None:
-    from dreamstream.streams import cli  # noqa: F401  (registers the dream commands)
-
-    app.main()

@@ -125,4 +125,8 @@ async def undo(self: AppCommand, decision_id: str, store_dir: str | None) -> Non
 
 
 def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "worker":
+        from dreamstream.streams.topics import ensure_topics_sync
+
+        ensure_topics_sync(settings)
     app.main()

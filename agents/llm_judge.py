@@ -1,0 +1,151 @@
+"""Optional judge that asks an OpenAI-compatible chat endpoint about the cases the cheap checks leave open.
+
+One structured call per new memory: the open candidates are numbered 1..n and the model answers
+with JSON `{"duplicates": [...], "new_more_complete": bool, "contradicted": [...]}`. Anything that
+goes wrong (connection, timeout, HTTP error, malformed or out-of-range reply) falls back to the
+offline judge's verdicts for that memory, so ingest never blocks on the LLM.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import urllib.request
+from collections import OrderedDict
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from dreamstream.agents.merge_supersede import Judge, OfflineJudge, Verdict
+from dreamstream.schemas.memory import Memory
+
+SYSTEM_PROMPT = """You keep one person's long-term memory coherent. You get a NEW memory and numbered \
+EXISTING memories of the same person. Answer with JSON only:
+{"duplicates": [numbers of existing memories that state the same fact as NEW],
+ "new_more_complete": true if NEW states strictly more than every duplicate, else false,
+ "contradicted": [numbers of existing memories whose value NEW replaces: the same single-valued \
+attribute (home, employer, car, a component's technology...) now has another value, or a \
+preference was reversed]}
+A second hobby, pet or language, a complementary detail, a repeated event, a trip the other way, \
+or a fact about another person is neither a duplicate nor a contradiction. Use [] when none."""
+
+_FENCE = re.compile(r"^```(?:json)?\s*|\s*```$", re.MULTILINE)
+
+
+class LLMReplyError(ValueError):
+    """The endpoint answered, but not with a usable verdict."""
+
+
+@dataclass
+class LLMJudge:
+    """Escalates open cases to a chat model; `fallback` decides everything else and every failure."""
+
+    base_url: str
+    model: str
+    api_key: str | None = None
+    timeout_s: float = 10.0
+    max_candidates: int = 8
+    min_cos: float = 0.25
+    fallback: Judge = field(default_factory=OfflineJudge)
+    max_workers: int = 4
+    cache_size: int = 4096
+    name: str = "llm"
+    _cache: OrderedDict[str, dict[str, Any]] = field(default_factory=OrderedDict, init=False, repr=False)
+
+    # -- Judge protocol ---------------------------------------------------------------------------
+    def judge(self, new: Memory, candidates: Sequence[Memory]) -> list[Verdict]:
+        base = self.fallback.judge(new, candidates)
+        open_idx = self._open(new, candidates, base)
+        if not open_idx:
+            return base
+        try:
+            reply = self._ask(new, [candidates[i] for i in open_idx])
+        except Exception as exc:  # noqa: BLE001 - any failure means: keep the offline verdicts
+            return [replace(v, rule=f"{v.rule}|llm_fallback:{type(exc).__name__}") for v in base]
+        return self._merge(base, open_idx, reply)
+
+    def judge_batch(self, items: Sequence[tuple[Memory, Sequence[Memory]]]) -> list[list[Verdict]]:
+        """Judge several new memories concurrently (one call each); order of results = order of items."""
+        with ThreadPoolExecutor(max_workers=self.max_workers) as pool:
+            return list(pool.map(lambda it: self.judge(it[0], it[1]), items))
+
+    # -- internals --------------------------------------------------------------------------------
+    def _open(self, new: Memory, candidates: Sequence[Memory], base: list[Verdict]) -> list[int]:
+        """Candidates worth a model call: not an exact restatement and not clearly far away."""
+        scored = [
+            (-v.scores.get("cos", 0.0), i)
+            for i, v in enumerate(base)
+            if v.rule != "exact_text" and v.scores.get("cos", 0.0) >= self.min_cos
+        ]
+        return [i for _, i in sorted(scored)[: self.max_candidates]]
+
+    def _messages(self, new: Memory, cands: Sequence[Memory]) -> list[dict[str, str]]:
+        lines = [f"NEW ({new.created_at[:10]}): {new.text}", "EXISTING:"]
+        lines += [f"{n}. ({c.created_at[:10]}) {c.text}" for n, c in enumerate(cands, start=1)]
+        return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n".join(lines)}]
+
+    def _ask(self, new: Memory, cands: Sequence[Memory]) -> dict[str, Any]:
+        messages = self._messages(new, cands)
+        key = hashlib.sha1(json.dumps([self.model, messages]).encode()).hexdigest()
+        if key in self._cache:
+            self._cache.move_to_end(key)
+            return self._cache[key]
+        body = {
+            "model": self.model,
+            "messages": messages,
+            "temperature": 0,
+            "response_format": {"type": "json_object"},
+        }
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        req = urllib.request.Request(
+            self.base_url.rstrip("/") + "/chat/completions",
+            data=json.dumps(body).encode(),
+            headers=headers,
+            method="POST",
+        )
+        with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+            payload = json.loads(resp.read().decode("utf-8"))
+        reply = parse_reply(payload, len(cands))
+        self._cache[key] = reply
+        if len(self._cache) > self.cache_size:
+            self._cache.popitem(last=False)
+        return reply
+
+    def _merge(self, base: list[Verdict], open_idx: list[int], reply: dict[str, Any]) -> list[Verdict]:
+        out = list(base)
+        dups, contra = set(reply["duplicates"]), set(reply["contradicted"])
+        for n, i in enumerate(open_idx, start=1):
+            v = base[i]
+            if n in dups:
+                out[i] = Verdict(
+                    v.candidate_id, "same", 1.0, "llm_duplicate", v.scores, reply["new_more_complete"]
+                )
+            elif n in contra:
+                out[i] = Verdict(v.candidate_id, "replaces", 1.0, "llm_contradiction", v.scores)
+            else:
+                out[i] = Verdict(v.candidate_id, "unrelated", 1.0, "llm_unrelated", v.scores)
+        return out
+
+
+def parse_reply(payload: dict[str, Any], n: int) -> dict[str, Any]:
+    """Validate a chat-completions response; raise `LLMReplyError` on anything unexpected."""
+    try:
+        content = payload["choices"][0]["message"]["content"]
+        data = json.loads(_FENCE.sub("", str(content)).strip())
+    except (KeyError, IndexError, TypeError, json.JSONDecodeError) as exc:
+        raise LLMReplyError(f"unreadable reply: {exc}") from exc
+    if not isinstance(data, dict):
+        raise LLMReplyError("reply is not a JSON object")
+    out: dict[str, Any] = {"new_more_complete": bool(data.get("new_more_complete", False))}
+    for key in ("duplicates", "contradicted"):
+        vals = data.get(key, [])
+        if not isinstance(vals, list) or not all(isinstance(x, int) and 1 <= x <= n for x in vals):
+            raise LLMReplyError(f"{key} must be a list of candidate numbers 1..{n}")
+        out[key] = sorted(set(vals))
+    if set(out["duplicates"]) & set(out["contradicted"]):
+        raise LLMReplyError("a candidate cannot be both duplicate and contradicted")
+    return out

