@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-
 from dreamstream.streams.pipeline import BatchResult, Incoming, Processor, replay_lines
 from dreamstream.streams.store import MemoryStore
 

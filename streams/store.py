@@ -17,7 +17,6 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
-
 from dreamstream.schemas.memory import Memory
 
 VECTOR_SIZE = 384

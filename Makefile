@@ -1,0 +1,54 @@
+# dreamstream: one entry point. Everything runs in .venv inside the checkout.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export HF_HUB_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: install system-deps kafka-start kafka-stop demo test lint typecheck bench bench-quality clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# kcat (an independent Kafka client the integration tests produce with); Java and Maven run the broker.
+system-deps:
+	@command -v kcat >/dev/null || { (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat) >/dev/null || echo "warning: kcat could not be installed; its tests will be skipped"; }
+
+kafka-start:
+	deploy/kafka/kafka.sh start
+
+kafka-stop:
+	deploy/kafka/kafka.sh stop
+
+demo: install kafka-start
+	$(PY) -m dreamstream.streams.demo
+
+test: install system-deps kafka-start
+	$(VENV)/bin/pytest -q -ra
+
+lint: install
+	$(VENV)/bin/ruff check streams agents schemas tests bench
+
+# mypy needs the dreamstream.* names; a throwaway tree of links gives it them.
+typecheck: install
+	@rm -rf .build/typecheck && mkdir -p .build/typecheck/dreamstream
+	@for d in streams agents schemas; do ln -s ../../../$$d .build/typecheck/dreamstream/$$d; done
+	cd .build/typecheck && ../../$(VENV)/bin/mypy --config-file ../../pyproject.toml -p dreamstream
+
+bench: install kafka-start
+	$(PY) bench/throughput.py
+
+bench-quality: install
+	@rm -rf .cache/bench-quality && mkdir -p .cache/bench-quality
+	$(VENV)/bin/dream replay ../shared/bench/dev/events.jsonl --store .cache/bench-quality/store
+	$(VENV)/bin/dream export --store .cache/bench-quality/store --out .cache/bench-quality/state.jsonl
+	python3 ../shared/bench/score.py ../shared/bench/dev .cache/bench-quality/state.jsonl
+
+clean:
+	rm -rf .build .cache/bench-quality var

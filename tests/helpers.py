@@ -1,0 +1,46 @@
+"""Small builders shared by the tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+
+def event(
+    n: int,
+    user: str,
+    text: str,
+    day: int = 1,
+    pinned: bool = False,
+    mtype: str = "user_fact",
+    **extra: Any,
+) -> dict[str, Any]:
+    """A valid memory.added event; `n` makes ids unique, `day` orders created_at."""
+    base: dict[str, Any] = {
+        "type": "memory.added",
+        "event_id": f"e-{user}-{n}",
+        "memory_id": f"m-{user}-{n}",
+        "user_id": user,
+        "app_id": None,
+        "agent_id": None,
+        "run_id": None,
+        "text": text,
+        "created_at": f"2026-01-{day:02d}T09:{n % 60:02d}:00Z",
+        "metadata": {"type": mtype, "confidence": 0.9, "pinned": pinned},
+    }
+    base.update(extra)
+    return base
+
+
+def line(obj: dict[str, Any]) -> bytes:
+    return orjson.dumps(obj)
+
+
+def comparable(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """What must match between two runs: ids, statuses and links (not wall-clock stamps)."""
+    return sorted(
+        (r["memory_id"], r["user_id"], r["kind"], r["status"], r.get("superseded_by"), r.get("merged_into"),
+         tuple(r.get("sources") or ()))
+        for r in rows
+    )
