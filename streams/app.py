@@ -110,6 +110,20 @@ async def healthz(web: Any, request: Any) -> Any:
     return aioweb.json_response({"status": "ok", "ready": "processor" in _runtime})
 
 
+@app.page("/v1/stats")
+async def stats_view(web: Any, request: Any) -> Any:
+    """How many memories the store holds, by status: for readiness checks and quick looks."""
+    if "processor" not in _runtime:
+        return aioweb.json_response({"ready": False}, status=503)
+    store = _runtime["processor"].store
+
+    def counts() -> dict[str, int]:
+        by_status = {s: store.count({"status": s}) for s in ("active", "superseded", "merged", "expired")}
+        return {"memories": sum(by_status.values()), **by_status}
+
+    return aioweb.json_response({"ready": True, **(await on_store_thread(counts))})
+
+
 @app.page("/v1/memories")
 async def memories_view(web: Any, request: Any) -> Any:
     """GET ?user=U[&q=TEXT][&latest_only=1|&include_merged=1][&limit=N]: the same reads as the CLI."""

@@ -1,0 +1,228 @@
+"""End to end through the project's real Kafka broker: a `dream worker` process, events produced
+with kcat and with aiokafka, dead letters on their topic, a SIGKILL mid-stream, and the same
+export as `dream replay` of the same events."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+from dreamstream.streams.replay import export_rows, replay_file
+from dreamstream.streams.store import EdgeStore
+from tests.conftest import ROOT, SHARED
+from tests.helpers import comparable
+
+pytestmark = pytest.mark.kafka
+DEV = SHARED / "bench" / "dev" / "events.jsonl"
+
+
+def sample_events(n_users: int = 4) -> list[bytes]:
+    """All events of a few dev users, in file order: supersede chains, merges and negatives."""
+    lines = DEV.read_bytes().splitlines()
+    users: list[str] = []
+    for raw in lines:
+        uid = orjson.loads(raw)["user_id"]
+        if uid not in users:
+            users.append(uid)
+        if len(users) == n_users:
+            break
+    return [raw for raw in lines if orjson.loads(raw)["user_id"] in users]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Worker:
+    """A real `dream worker` subprocess with its own topics, group, store and HTTP port."""
+
+    def __init__(self, kafka: str, unique: str, tmp: Path) -> None:
+        self.port = free_port()
+        self.topics = {k: f"{k}-{unique}" for k in ("added", "status", "patterns", "dead")}
+        self.store_dir = tmp / "store"
+        self.env = {
+            **os.environ,
+            "KAFKA_BOOTSTRAP": kafka,
+            "DREAM_APP_ID": f"dream-test-{unique}",
+            "DREAM_TOPIC_MEMORY_ADDED": self.topics["added"],
+            "DREAM_TOPIC_MEMORY_STATUS": self.topics["status"],
+            "DREAM_TOPIC_PATTERNS": self.topics["patterns"],
+            "DREAM_TOPIC_DEAD_LETTERS": self.topics["dead"],
+            "DREAM_STORE": str(self.store_dir),
+            "DREAM_DATA_DIR": str(tmp / "faust"),
+            "DREAM_HTTP_PORT": str(self.port),
+            "DREAM_BATCH_WITHIN": "0.3",
+        }
+        self.log = tmp / "worker.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        dream = str(Path(sys.executable).with_name("dream"))
+        self.proc = subprocess.Popen([dream, "worker", "-l", "info"], env=self.env, cwd=ROOT,
+                                     stdout=self.log.open("ab"), stderr=subprocess.STDOUT)
+        self.wait_for(lambda s: s.get("ready", False), timeout=120)
+
+    def stats(self) -> dict:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/v1/stats", timeout=2) as r:
+                return json.loads(r.read())
+        except OSError:
+            return {}
+
+    def wait_for(self, pred, timeout: float = 120) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc is not None and self.proc.poll() is None, self.log.read_text()[-3000:]
+            s = self.stats()
+            if s and pred(s):
+                return s
+            time.sleep(0.3)
+        raise AssertionError(f"worker did not get there in {timeout}s; last stats {self.stats()}")
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+@pytest.fixture
+def worker(kafka: str, unique: str, tmp_path: Path) -> Iterator[Worker]:
+    w = Worker(kafka, unique, tmp_path)
+    yield w
+    w.stop()
+
+
+async def produce(kafka: str, topic: str, records: list[bytes]) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=kafka, acks="all")
+    await producer.start()
+    try:
+        for raw in records:
+            try:
+                key = orjson.loads(raw)["user_id"].encode()
+            except Exception:
+                key = b"bad"
+            await producer.send(topic, raw, key=key)
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+async def consume_all(kafka: str, topic: str, expect: int, timeout: float = 30) -> list[dict]:
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=kafka, auto_offset_reset="earliest",
+                                enable_auto_commit=False, group_id=None)
+    await consumer.start()
+    out: list[dict] = []
+    try:
+        deadline = time.monotonic() + timeout
+        while len(out) < expect and time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=500)
+            for records in batch.values():
+                out += [orjson.loads(r.value) for r in records]
+    finally:
+        await consumer.stop()
+    return out
+
+
+def replay_export(records: list[bytes], tmp: Path, embedder) -> list[dict]:
+    from dreamstream.streams.pipeline import Processor
+
+    path = tmp / "replay.jsonl"
+    path.write_bytes(b"\n".join(records) + b"\n")
+    store = EdgeStore(tmp / "replay-store")
+    replay_file(path, store, processor=Processor(store, embedder))
+    rows = export_rows(store)
+    store.close()
+    return rows
+
+
+def stream_export(worker: Worker) -> list[dict]:
+    worker.stop()
+    store = EdgeStore(worker.store_dir)
+    rows = export_rows(store)
+    store.close()
+    return rows
+
+
+def test_stream_equals_replay_with_kcat_and_aiokafka(kafka, worker, tmp_path, embedder) -> None:
+    records = sample_events()
+    bad = [b"{not json", orjson.dumps({"type": "memory.added", "event_id": "x1", "memory_id": "x1",
+                                       "user_id": "u-bad", "created_at": "2026-01-01T00:00:00Z"})]
+    worker.start()
+    half = len(records) // 2
+    if shutil.which("kcat"):
+        # kcat: an independent client; key and value split on a tab.
+        payload = b"".join(orjson.loads(r)["user_id"].encode() + b"\t" + r + b"\n" for r in records[:half])
+        subprocess.run(["kcat", "-P", "-b", kafka, "-t", worker.topics["added"], "-K", "\t"],
+                       input=payload, check=True, timeout=60)
+        rest = records[half:]
+    else:
+        rest = records
+    asyncio.run(produce(kafka, worker.topics["added"], rest + bad))
+    worker.wait_for(lambda s: s["memories"] >= len(records))
+    dead = asyncio.run(consume_all(kafka, worker.topics["dead"], expect=2))
+    assert sorted(d["reason"] for d in dead) == ["invalid_json", "missing_field"]
+    assert all(d["topic"] == worker.topics["added"] and d["offset"] is not None for d in dead)
+    statuses = asyncio.run(consume_all(kafka, worker.topics["status"], expect=1))
+    assert statuses and {"decision_id", "memory_id", "from_status", "to_status", "evidence"} <= set(statuses[0])
+    got = stream_export(worker)
+    assert len(got) == len(records)
+    assert comparable(got) == comparable(replay_export(records, tmp_path, embedder))
+
+
+def test_sigkill_mid_stream_loses_and_doubles_nothing(kafka, worker, tmp_path, embedder) -> None:
+    records = sample_events()
+    worker.start()
+    asyncio.run(produce(kafka, worker.topics["added"], records))
+    worker.wait_for(lambda s: s["memories"] >= 20)
+    worker.kill()
+    worker.start()
+    worker.wait_for(lambda s: s["memories"] >= len(records))
+    got = stream_export(worker)
+    assert len(got) == len({r["memory_id"] for r in got}) == len(records)
+    assert comparable(got) == comparable(replay_export(records, tmp_path, embedder))
+
+
+def test_http_reads_follow_the_three_modes(kafka, worker) -> None:
+    lisbon = {"type": "memory.added", "event_id": "h1", "memory_id": "h1", "user_id": "reader",
+              "text": "User lives in Lisbon.", "created_at": "2026-01-01T09:00:00Z", "metadata": {}}
+    berlin = {**lisbon, "event_id": "h2", "memory_id": "h2", "text": "I moved to Berlin.",
+              "created_at": "2026-02-01T09:00:00Z"}
+    worker.start()
+    asyncio.run(produce(kafka, worker.topics["added"], [orjson.dumps(lisbon), orjson.dumps(berlin)]))
+    worker.wait_for(lambda s: s["memories"] >= 2 and s["superseded"] >= 1)
+
+    def read(query: str) -> dict:
+        with urllib.request.urlopen(f"http://127.0.0.1:{worker.port}/v1/memories?{query}", timeout=5) as r:
+            return json.loads(r.read())
+
+    assert [m["label"] for m in read("user=reader")["memories"]] == ["history", "current"]
+    assert [m["memory_id"] for m in read("user=reader&latest_only=1")["memories"]] == ["h2"]
+    assert read("user=reader&q=where%20does%20the%20user%20live")["memories"][0]["memory_id"] in ("h1", "h2")
+    with pytest.raises(urllib.error.HTTPError) as info:
+        read("latest_only=1")
+    assert info.value.code == 400
