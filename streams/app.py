@@ -14,6 +14,7 @@ from typing import Any
 import faust
 import orjson
 from aiohttp import web as aioweb
+
 from dreamstream.schemas.records import DeadLetter, MemoryStatus
 from dreamstream.streams import codecs as _codecs  # noqa: F401  (registers "orjson")
 from dreamstream.streams import settings as settings_mod

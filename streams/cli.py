@@ -12,9 +12,10 @@ from typing import Any
 
 import click
 import orjson
+from faust.cli import AppCommand, argument, option
+
 from dreamstream.streams import reads
 from dreamstream.streams.app import app, settings
-from faust.cli import AppCommand, argument, option
 
 store_option = option("--store", "store_dir", default=None, help="Embedded store folder (default: $DREAM_STORE).")
 mode_options = (

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
 from dreamstream.agents.decisions import Decision
 from dreamstream.schemas.events import InvalidEvent, dead_letter, now_iso, parse_memory_event, status_event
 from dreamstream.schemas.memory import Memory, MemoryAdded

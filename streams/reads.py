@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import numpy as np
+
 from dreamstream.schemas.memory import Memory
 from dreamstream.streams.store import MemoryStore
 

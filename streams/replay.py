@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+
 from dreamstream.streams.pipeline import BatchResult, Incoming, Processor, replay_lines
 from dreamstream.streams.store import MemoryStore
 

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
+
 from dreamstream.schemas.memory import Memory
 
 VECTOR_SIZE = 384

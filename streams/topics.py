@@ -10,6 +10,7 @@ import asyncio
 import logging
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
 from dreamstream.streams.settings import Settings
 
 log = logging.getLogger("dreamstream.topics")

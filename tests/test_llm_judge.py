@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pytest
+
 from dreamstream.agents import merge_supersede as ms
 from dreamstream.agents.llm_judge import LLMJudge, LLMReplyError, parse_reply
 from dreamstream.schemas.memory import Memory

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+
 from dreamstream.agents import merge_supersede as ms
 from dreamstream.agents.decisions import Decision
 from dreamstream.schemas.memory import Memory

@@ -46,7 +46,8 @@ def test_restatement_is_merged_and_hidden_by_default(proc: Processor) -> None:
 
 
 def test_exact_repeat_adds_no_second_active_copy(proc: Processor) -> None:
-    feed(proc, event(1, "u1", "Prefers dark mode in every editor."), event(2, "u1", "prefers dark mode in every editor"))
+    feed(proc, event(1, "u1", "Prefers dark mode in every editor."),
+         event(2, "u1", "prefers dark mode in every editor"))
     assert statuses(proc) == {"m-u1-1": "active", "m-u1-2": "merged"}
 
 

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+
 from dreamstream.agents import synthesis as syn
 from dreamstream.schemas.memory import Memory
 
