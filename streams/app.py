@@ -88,7 +88,8 @@ async def publish(result: BatchResult) -> None:
 async def ingest(stream: faust.StreamT) -> None:
     """memory.added and synthesised pattern events, in per-partition order, a batch at a time."""
     proc = await processor()
-    async for events in stream.take_events(settings.batch_size, within=settings.batch_within):
+    # take_events (not take) keeps each message's topic, partition and offset for dead letters.
+    async for events in stream.take_events(settings.batch_size, within=settings.batch_within):  # type: ignore[attr-defined]
         items = [
             Incoming(raw=e.value, topic=e.message.topic, partition=e.message.partition, offset=e.message.offset)
             for e in events

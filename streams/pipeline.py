@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -168,7 +168,7 @@ class Processor:
     def _vectors(self, events: list[MemoryAdded], result: BatchResult) -> list[np.ndarray]:
         need = [e.text for e in events if e.embedding is None]
         start = time.perf_counter()
-        computed = iter(self.embed(need) if need else [])
+        computed: Iterator[np.ndarray] = iter(self.embed(need) if need else [])
         result.embed_seconds += time.perf_counter() - start
         result.embedded += len(need)
         out = []

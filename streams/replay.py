@@ -74,9 +74,7 @@ def replay_file(
     summary.decisions = total.decisions
     summary.dead = len(total.dead_letters)
     if total.dead_letters:
-        with dead_path.open("wb") as f:
-            for dl in total.dead_letters:
-                f.write(orjson.dumps(dl) + b"\n")
+        dead_path.write_bytes(b"".join(orjson.dumps(dl) + b"\n" for dl in total.dead_letters))
     return summary
 
 

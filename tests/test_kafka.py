@@ -5,25 +5,19 @@ export as `dream replay` of the same events."""
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import shutil
-import signal
-import socket
 import subprocess
-import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
+from dreamstream.streams.localrun import WorkerProcess, consume_all, produce
 from dreamstream.streams.replay import export_rows, replay_file
 from dreamstream.streams.store import EdgeStore
-from tests.conftest import ROOT, SHARED
+from tests.conftest import SHARED
 from tests.helpers import comparable
 
 pytestmark = pytest.mark.kafka
@@ -43,109 +37,11 @@ def sample_events(n_users: int = 4) -> list[bytes]:
     return [raw for raw in lines if orjson.loads(raw)["user_id"] in users]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Worker:
-    """A real `dream worker` subprocess with its own topics, group, store and HTTP port."""
-
-    def __init__(self, kafka: str, unique: str, tmp: Path) -> None:
-        self.port = free_port()
-        self.topics = {k: f"{k}-{unique}" for k in ("added", "status", "patterns", "dead")}
-        self.store_dir = tmp / "store"
-        self.env = {
-            **os.environ,
-            "KAFKA_BOOTSTRAP": kafka,
-            "DREAM_APP_ID": f"dream-test-{unique}",
-            "DREAM_TOPIC_MEMORY_ADDED": self.topics["added"],
-            "DREAM_TOPIC_MEMORY_STATUS": self.topics["status"],
-            "DREAM_TOPIC_PATTERNS": self.topics["patterns"],
-            "DREAM_TOPIC_DEAD_LETTERS": self.topics["dead"],
-            "DREAM_STORE": str(self.store_dir),
-            "DREAM_DATA_DIR": str(tmp / "faust"),
-            "DREAM_HTTP_PORT": str(self.port),
-            "DREAM_BATCH_WITHIN": "0.3",
-        }
-        self.log = tmp / "worker.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        dream = str(Path(sys.executable).with_name("dream"))
-        self.proc = subprocess.Popen([dream, "worker", "-l", "info"], env=self.env, cwd=ROOT,
-                                     stdout=self.log.open("ab"), stderr=subprocess.STDOUT)
-        self.wait_for(lambda s: s.get("ready", False), timeout=120)
-
-    def stats(self) -> dict:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/v1/stats", timeout=2) as r:
-                return json.loads(r.read())
-        except OSError:
-            return {}
-
-    def wait_for(self, pred, timeout: float = 120) -> dict:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.proc is not None and self.proc.poll() is None, self.log.read_text()[-3000:]
-            s = self.stats()
-            if s and pred(s):
-                return s
-            time.sleep(0.3)
-        raise AssertionError(f"worker did not get there in {timeout}s; last stats {self.stats()}")
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-
-
 @pytest.fixture
-def worker(kafka: str, unique: str, tmp_path: Path) -> Iterator[Worker]:
-    w = Worker(kafka, unique, tmp_path)
+def worker(kafka: str, unique: str, tmp_path: Path) -> Iterator[WorkerProcess]:
+    w = WorkerProcess(kafka, f"test-{unique}", tmp_path)
     yield w
     w.stop()
-
-
-async def produce(kafka: str, topic: str, records: list[bytes]) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=kafka, acks="all")
-    await producer.start()
-    try:
-        for raw in records:
-            try:
-                key = orjson.loads(raw)["user_id"].encode()
-            except Exception:
-                key = b"bad"
-            await producer.send(topic, raw, key=key)
-        await producer.flush()
-    finally:
-        await producer.stop()
-
-
-async def consume_all(kafka: str, topic: str, expect: int, timeout: float = 30) -> list[dict]:
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=kafka, auto_offset_reset="earliest",
-                                enable_auto_commit=False, group_id=None)
-    await consumer.start()
-    out: list[dict] = []
-    try:
-        deadline = time.monotonic() + timeout
-        while len(out) < expect and time.monotonic() < deadline:
-            batch = await consumer.getmany(timeout_ms=500)
-            for records in batch.values():
-                out += [orjson.loads(r.value) for r in records]
-    finally:
-        await consumer.stop()
-    return out
 
 
 def replay_export(records: list[bytes], tmp: Path, embedder) -> list[dict]:
@@ -160,7 +56,7 @@ def replay_export(records: list[bytes], tmp: Path, embedder) -> list[dict]:
     return rows
 
 
-def stream_export(worker: Worker) -> list[dict]:
+def stream_export(worker: WorkerProcess) -> list[dict]:
     worker.stop()
     store = EdgeStore(worker.store_dir)
     rows = export_rows(store)
@@ -216,10 +112,7 @@ def test_http_reads_follow_the_three_modes(kafka, worker) -> None:
     asyncio.run(produce(kafka, worker.topics["added"], [orjson.dumps(lisbon), orjson.dumps(berlin)]))
     worker.wait_for(lambda s: s["memories"] >= 2 and s["superseded"] >= 1)
 
-    def read(query: str) -> dict:
-        with urllib.request.urlopen(f"http://127.0.0.1:{worker.port}/v1/memories?{query}", timeout=5) as r:
-            return json.loads(r.read())
-
+    read = worker.read
     assert [m["label"] for m in read("user=reader")["memories"]] == ["history", "current"]
     assert [m["memory_id"] for m in read("user=reader&latest_only=1")["memories"]] == ["h2"]
     assert read("user=reader&q=where%20does%20the%20user%20live")["memories"][0]["memory_id"] in ("h1", "h2")

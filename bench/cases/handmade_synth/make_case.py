@@ -1,6 +1,8 @@
 """Build bench/cases/handmade_synth: own themes, lowercase chatty wording, names; not from gen.py."""
-import json, random
+import json
+import random
 from datetime import datetime, timedelta
+
 R = random.Random(7)
 APP = ("notes-app", None, "sess-1")
 users = {
@@ -124,6 +126,7 @@ for i, (uid, text, scoped) in enumerate(rows, 1):
         "metadata": {"type": "user_fact", "confidence": 0.9, "pinned": False}})
     labels.append({"memory_id": mid, "expect": "active"})
 import os
+
 out = os.path.dirname(os.path.abspath(__file__)) + "/"
 with open(out + "events.jsonl", "w") as f: f.writelines(json.dumps(e) + "\n" for e in events)
 with open(out + "labels.jsonl", "w") as f: f.writelines(json.dumps(l) + "\n" for l in labels)

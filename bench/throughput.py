@@ -1,0 +1,57 @@
+"""`make bench`: end-to-end events/s through Kafka into the store, against the embed-only rate.
+
+One run on this machine: a real `dream worker`, the dev case's events produced to Kafka, timed
+from the first send until the store holds them all; then the same model and batch size embedding
+the same texts alone. The ratio says how much of the ceiling the pipeline reaches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import orjson
+
+from dreamstream.streams.embedding import Embedder
+from dreamstream.streams.localrun import ROOT, WorkerProcess, produce
+
+CASE = ROOT.parent / "shared" / "bench" / "dev" / "events.jsonl"
+
+
+def main() -> int:
+    n = int(os.environ.get("BENCH_EVENTS", "2000"))
+    batch = int(os.environ.get("DREAM_BATCH_SIZE", "64"))
+    kafka = os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092")
+    records = [r for r in CASE.read_bytes().splitlines() if r.strip()][:n]
+    texts = [orjson.loads(r)["text"] for r in records]
+    workdir = ROOT / "var" / "bench"
+    shutil.rmtree(workdir, ignore_errors=True)
+    worker = WorkerProcess(kafka, f"bench-{int(time.time())}", workdir, {"DREAM_BATCH_SIZE": str(batch)})
+    worker.start()
+    try:
+        start = time.perf_counter()
+        asyncio.run(produce(kafka, worker.topics["added"], records))
+        worker.wait_for(lambda s: s["memories"] >= len(records), timeout=900)
+        e2e = len(records) / (time.perf_counter() - start)
+    finally:
+        worker.stop()
+    embedder = Embedder(batch_size=batch)
+    embedder.encode_uncached(texts[:batch])  # warm-up
+    start = time.perf_counter()
+    for i in range(0, len(texts), batch):
+        embedder.encode_uncached(texts[i:i + batch])
+    embed_only = len(texts) / (time.perf_counter() - start)
+    print(f"events: {len(records)} (dev case), batch size {batch}, cores {os.cpu_count()}")
+    print(f"end to end through Kafka into the store: {e2e:8.1f} events/s")
+    print(f"embed only, same model and batch size:   {embed_only:8.1f} texts/s")
+    print(f"ratio end-to-end / embed-only:           {e2e / embed_only:8.2f}")
+    Path(workdir / "result.txt").write_text(f"e2e={e2e:.1f} embed_only={embed_only:.1f}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
