@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 import numpy as np
+
 from dreamstream.agents import text_features as tf
 from dreamstream.agents.decisions import Decision
 from dreamstream.schemas.memory import Memory

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
 from dreamstream.agents.merge_supersede import Judge, OfflineJudge, Verdict
 from dreamstream.schemas.memory import Memory
 

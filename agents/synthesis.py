@@ -22,9 +22,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 import numpy as np
-from dreamstream.schemas.memory import Memory
 from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.spatial.distance import squareform
+
+from dreamstream.schemas.memory import Memory
 
 Embed = Callable[[list[str]], np.ndarray]
 
