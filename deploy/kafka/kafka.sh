@@ -58,6 +58,9 @@ ready() { (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && grep -q "Kafka Ser
 
 start() {
   if running; then echo "kafka.sh: already running (pid $(cat "$pidfile")) on 127.0.0.1:$port"; return 0; fi
+  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+    echo "kafka.sh: something already listens on 127.0.0.1:$port (another checkout's broker?); using it"; return 0
+  fi
   fetch
   write_props
   local cp="$jars/*"
