@@ -130,3 +130,4 @@ def main() -> None:
 
         ensure_topics_sync(settings)
     app.main()
+from dreamstream.streams import cli_synthesis as _cli_synthesis  # noqa: E402,F401
