@@ -6,8 +6,7 @@ Registered on the Faust app by importing this module (streams/cli.py does, at it
 from __future__ import annotations
 
 import time
-from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from faust.cli import AppCommand, argument, option
 from dreamstream.streams import synthesis_runner as runner
 from dreamstream.streams.app import app, settings
 from dreamstream.streams.pipeline import BatchResult, Incoming, Processor, replay_lines
+from dreamstream.streams.replay import ReplaySummary
 from dreamstream.streams.store import MemoryStore
 
 _store_option = option("--store", "store_dir", default=None, help="Embedded store folder (default: $DREAM_STORE).")
@@ -103,32 +103,21 @@ async def synthesize(self: AppCommand, store_dir: str | None, user: str | None, 
 
 
 @dataclass
-class SynthReplaySummary:
-    lines: int = 0
-    stored: int = 0
-    dead: int = 0
+class SynthReplaySummary(ReplaySummary):
+    """A replay's summary plus what synthesis did along the way."""
+
     runs: int = 0
     patterns_written: int = 0
     patterns_updated: int = 0
     patterns_retired: int = 0
     patterns_final: int = 0
-    seconds: float = 0.0
     synth_seconds: float = 0.0
-    outcomes: Counter[str] = field(default_factory=Counter)
-    decisions: Counter[str] = field(default_factory=Counter)
 
     def describe(self) -> str:
-        rate = self.lines / self.seconds if self.seconds else 0.0
-        parts = [f"replayed {self.lines} events in {self.seconds:.1f}s ({rate:.0f}/s): stored {self.stored}"]
-        if self.decisions:
-            parts.append("decisions: " + ", ".join(f"{k}={v}" for k, v in sorted(self.decisions.items())))
-        if self.dead:
-            parts.append(f"{self.dead} bad lines")
-        parts.append(f"synthesis: {self.runs} runs in {self.synth_seconds:.1f}s, "
-                     f"{self.patterns_written} patterns written, {self.patterns_updated} updated, "
-                     f"{self.patterns_retired} retired, "
-                     f"{self.patterns_final} patterns in the store")
-        return "\n".join(parts)
+        return super().describe() + (
+            f"\nsynthesis: {self.runs} runs in {self.synth_seconds:.1f}s, "
+            f"{self.patterns_written} patterns written, {self.patterns_updated} updated, "
+            f"{self.patterns_retired} retired, {self.patterns_final} patterns in the store")
 
 
 def _scan(path: Path) -> tuple[str | None, set[str | None]]:
