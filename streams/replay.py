@@ -33,7 +33,8 @@ class ReplaySummary:
         if other:
             parts.append("other: " + ", ".join(f"{k}={v}" for k, v in sorted(other.items())))
         if self.dead:
-            parts.append(f"{self.dead} bad lines written to {self.dead_path}")
+            where = f" written to {self.dead_path}" if self.dead_path else ""
+            parts.append(f"{self.dead} bad lines{where}")
         return "\n".join(parts)
 
 
