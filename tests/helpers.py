@@ -6,6 +6,26 @@ from typing import Any
 
 import orjson
 
+# Unrelated one-line facts: the background a theme must be found in.
+FILLER = [
+    "Their sister lives in Oslo.",
+    "Prefers answers in Spanish.",
+    "Allergic to penicillin.",
+    "Drives a grey Volvo estate.",
+    "Birthday is on 4 July.",
+    "Works as an accountant at a bakery chain.",
+    "Phone is an iPhone 14.",
+    "Favourite film is Amélie.",
+    "Hates coriander.",
+    "Grew up in Valencia.",
+    "Has a cat called Miso.",
+    "Reads crime novels.",
+    "Lives near the harbour.",
+    "Takes the tram to work.",
+    "Prefers dark mode.",
+    "Speaks Dutch and English.",
+]
+
 
 def event(
     n: int,

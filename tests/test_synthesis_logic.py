@@ -11,6 +11,7 @@ import pytest
 
 from dreamstream.agents import synthesis as syn
 from dreamstream.schemas.memory import Memory
+from tests.helpers import FILLER
 
 Embed = Callable[[list[str]], np.ndarray]
 
@@ -21,24 +22,6 @@ FITNESS = [
     "Goal: a sub-4-hour marathon next spring.",
     "Does a long run every Sunday morning.",
     "Stretches for ten minutes after each session.",
-]
-FILLER = [
-    "Their sister lives in Oslo.",
-    "Prefers answers in Spanish.",
-    "Allergic to penicillin.",
-    "Drives a grey Volvo estate.",
-    "Birthday is on 4 July.",
-    "Works as an accountant at a bakery chain.",
-    "Phone is an iPhone 14.",
-    "Favourite film is Amélie.",
-    "Hates coriander.",
-    "Grew up in Valencia.",
-    "Has a cat called Miso.",
-    "Reads crime novels.",
-    "Lives near the harbour.",
-    "Takes the tram to work.",
-    "Prefers dark mode.",
-    "Speaks Dutch and English.",
 ]
 
 

@@ -11,6 +11,7 @@ from dreamstream.streams import reads
 from dreamstream.streams import synthesis_runner as runner
 from dreamstream.streams.pipeline import Incoming, Processor
 from dreamstream.streams.store import EdgeStore
+from tests.helpers import FILLER
 
 FITNESS = [
     "Runs about 40 km every week.",
@@ -19,24 +20,6 @@ FITNESS = [
     "Goal: a sub-4-hour marathon next spring.",
     "Does a long run every Sunday morning.",
     "Follows a twelve-week training plan for the half marathon.",
-]
-FILLER = [
-    "Their sister lives in Oslo.",
-    "Prefers answers in Spanish.",
-    "Allergic to penicillin.",
-    "Drives a grey Volvo estate.",
-    "Birthday is on 4 July.",
-    "Works as an accountant at a bakery chain.",
-    "Phone is an iPhone 14.",
-    "Favourite film is Amélie.",
-    "Hates coriander.",
-    "Grew up in Valencia.",
-    "Has a cat called Miso.",
-    "Reads crime novels.",
-    "Lives near the harbour.",
-    "Takes the tram to work.",
-    "Prefers dark mode.",
-    "Speaks Dutch and English.",
 ]
 T0 = "2025-03-01T00:00:00Z"
 NOW = "2025-04-01T00:00:00Z"
