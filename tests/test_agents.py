@@ -1,0 +1,127 @@
+"""Unit tests of the Faust agents with `agent.test_context()`: events go straight into the agent's
+channel (no consumer group, no worker process), while the store, the model and the topics the
+agent writes to are real (an embedded store in tmp_path, the packaged model, the local broker)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import pytest_asyncio
+from aiokafka import AIOKafkaConsumer
+
+from dreamstream.schemas.memory import Memory
+from dreamstream.streams import app as appmod
+from dreamstream.streams.pipeline import Processor
+from dreamstream.streams.store import EdgeStore
+from tests.helpers import event, line
+
+# The Faust app and its producer belong to one event loop: every test here shares the module's.
+pytestmark = [pytest.mark.kafka, pytest.mark.asyncio(loop_scope="module")]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def producer(kafka: str) -> AsyncIterator[None]:
+    """The app's own producer, on the real broker, with the topics the agents write to."""
+    await appmod.app.producer.start()
+    for topic in (appmod.status_topic, appmod.dead_letter_topic, appmod.patterns_topic):
+        await topic.maybe_declare()
+    yield
+    await appmod.app.producer.stop()
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def proc(producer: None, tmp_path: Path, embedder: Any) -> AsyncIterator[Processor]:
+    """The worker's processor swapped for one on a fresh store."""
+    saved = dict(appmod._runtime)
+    processor = Processor(EdgeStore(tmp_path / "store"), embedder)
+    appmod._runtime["processor"] = processor
+    try:
+        yield processor
+    finally:
+        processor.store.close()
+        appmod._runtime.clear()
+        appmod._runtime.update(saved)
+
+
+async def wait_until(pred: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.1)
+
+
+async def records_for(kafka: str, topic: str, key: bytes, expect: int, timeout: float = 30.0) -> list[dict[str, Any]]:
+    """The records of one key (a test's own user) on a shared topic, read from the start."""
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=kafka, auto_offset_reset="earliest",
+                                enable_auto_commit=False, group_id=None)
+    await consumer.start()
+    out: list[dict[str, Any]] = []
+    try:
+        deadline = time.monotonic() + timeout
+        while len(out) < expect and time.monotonic() < deadline:
+            for batch in (await consumer.getmany(timeout_ms=500)).values():
+                out += [orjson.loads(r.value) for r in batch if r.key == key and r.value is not None]
+    finally:
+        await consumer.stop()
+    return out
+
+
+def memory(proc: Processor, memory_id: str) -> Memory:
+    found = proc.store.retrieve([memory_id])
+    assert found, f"{memory_id} not stored"
+    return found[memory_id]
+
+
+async def test_ingest_agent_supersedes_in_event_order(kafka: str, proc: Processor) -> None:
+    user = f"agent-{uuid.uuid4().hex[:8]}"
+    async with appmod.ingest.test_context() as agent:
+        await agent.put(key=user.encode(), value=line(event(1, user, "User lives in Lisbon.")), wait=False)
+        await agent.put(key=user.encode(), value=line(event(2, user, "I moved to Berlin last month.", day=2)),
+                        wait=False)
+        await wait_until(lambda: len(proc.store.retrieve([f"m-{user}-2"])) == 1)
+    old, new = memory(proc, f"m-{user}-1"), memory(proc, f"m-{user}-2")
+    assert (old.status, old.superseded_by) == ("superseded", new.memory_id)
+    assert new.status == "active" and old.memory_id in new.supersedes
+    status = await records_for(kafka, appmod.status_topic.get_topic_name(), user.encode(), expect=1)
+    assert [(s["memory_id"], s["from_status"], s["to_status"]) for s in status] == [
+        (old.memory_id, "active", "superseded")
+    ]
+    assert status[0]["evidence"], "a status event carries the decision's evidence"
+
+
+async def test_ingest_agent_dead_letters_bad_records_and_keeps_going(kafka: str, proc: Processor) -> None:
+    user = f"agent-{uuid.uuid4().hex[:8]}"
+    bad = [b"\xff\xfe not utf-8", b'{"type": "memory.added", "user_id": "' + user.encode() + b'"}']
+    async with appmod.ingest.test_context() as agent:
+        for raw in bad:
+            await agent.put(key=user.encode(), value=raw, wait=False)
+        await agent.put(key=user.encode(), value=line(event(1, user, "Prefers tea over coffee.")), wait=False)
+        await wait_until(lambda: len(proc.store.retrieve([f"m-{user}-1"])) == 1)
+    assert proc.store.count({"user_id": user}) == 1
+    # Dead letters are unkeyed: find ours by the original bytes they carry.
+    topic = appmod.dead_letter_topic.get_topic_name()
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=kafka, auto_offset_reset="earliest",
+                                enable_auto_commit=False, group_id=None)
+    await consumer.start()
+    ours: list[dict[str, Any]] = []
+    try:
+        deadline = time.monotonic() + 30
+        while len(ours) < 2 and time.monotonic() < deadline:
+            for batch in (await consumer.getmany(timeout_ms=500)).values():
+                for r in batch:
+                    dl = orjson.loads(r.value)
+                    if base64.b64decode(dl["original_b64"]) in bad:
+                        ours.append(dl)
+    finally:
+        await consumer.stop()
+    assert sorted(dl["reason"] for dl in ours) == ["missing_field", "undecodable"], ours
+    assert all(dl["topic"] and dl["offset"] is not None for dl in ours)
