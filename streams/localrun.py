@@ -119,8 +119,10 @@ async def produce(kafka: str, topic: str, records: list[bytes]) -> None:
         await producer.stop()
 
 
-async def consume_all(kafka: str, topic: str, expect: int, timeout: float = 30) -> list[dict[str, Any]]:
-    """Reads a topic from the start until `expect` records arrived or the timeout passed."""
+async def consume_all(
+    kafka: str, topic: str, expect: int, timeout: float = 30, keep: Callable[[Any], bool] | None = None
+) -> list[dict[str, Any]]:
+    """Reads a topic from the start until `expect` records (those `keep` accepts) arrived or time ran out."""
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=kafka, auto_offset_reset="earliest",
                                 enable_auto_commit=False, group_id=None)
     await consumer.start()
@@ -130,7 +132,7 @@ async def consume_all(kafka: str, topic: str, expect: int, timeout: float = 30) 
         while len(out) < expect and time.monotonic() < deadline:
             batch = await consumer.getmany(timeout_ms=500)
             for records in batch.values():
-                out += [orjson.loads(r.value) for r in records if r.value is not None]
+                out += [orjson.loads(r.value) for r in records if r.value is not None and (keep is None or keep(r))]
     finally:
         await consumer.stop()
     return out

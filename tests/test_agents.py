@@ -15,10 +15,10 @@ from typing import Any
 import orjson
 import pytest
 import pytest_asyncio
-from aiokafka import AIOKafkaConsumer
 
 from dreamstream.schemas.memory import Memory
 from dreamstream.streams import app as appmod
+from dreamstream.streams.localrun import consume_all
 from dreamstream.streams.pipeline import Processor
 from dreamstream.streams.store import EdgeStore
 from tests.helpers import event, line
@@ -59,22 +59,6 @@ async def wait_until(pred: Callable[[], bool], timeout: float = 30.0) -> None:
         await asyncio.sleep(0.1)
 
 
-async def records_for(kafka: str, topic: str, key: bytes, expect: int, timeout: float = 30.0) -> list[dict[str, Any]]:
-    """The records of one key (a test's own user) on a shared topic, read from the start."""
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=kafka, auto_offset_reset="earliest",
-                                enable_auto_commit=False, group_id=None)
-    await consumer.start()
-    out: list[dict[str, Any]] = []
-    try:
-        deadline = time.monotonic() + timeout
-        while len(out) < expect and time.monotonic() < deadline:
-            for batch in (await consumer.getmany(timeout_ms=500)).values():
-                out += [orjson.loads(r.value) for r in batch if r.key == key and r.value is not None]
-    finally:
-        await consumer.stop()
-    return out
-
-
 def memory(proc: Processor, memory_id: str) -> Memory:
     found = proc.store.retrieve([memory_id])
     assert found, f"{memory_id} not stored"
@@ -91,7 +75,8 @@ async def test_ingest_agent_supersedes_in_event_order(kafka: str, proc: Processo
     old, new = memory(proc, f"m-{user}-1"), memory(proc, f"m-{user}-2")
     assert (old.status, old.superseded_by) == ("superseded", new.memory_id)
     assert new.status == "active" and old.memory_id in new.supersedes
-    status = await records_for(kafka, appmod.status_topic.get_topic_name(), user.encode(), expect=1)
+    status = await consume_all(kafka, appmod.status_topic.get_topic_name(), expect=1,
+                               keep=lambda r: r.key == user.encode())
     assert [(s["memory_id"], s["from_status"], s["to_status"]) for s in status] == [
         (old.memory_id, "active", "superseded")
     ]
@@ -100,28 +85,15 @@ async def test_ingest_agent_supersedes_in_event_order(kafka: str, proc: Processo
 
 async def test_ingest_agent_dead_letters_bad_records_and_keeps_going(kafka: str, proc: Processor) -> None:
     user = f"agent-{uuid.uuid4().hex[:8]}"
-    bad = [b"\xff\xfe not utf-8", b'{"type": "memory.added", "user_id": "' + user.encode() + b'"}']
+    bad = [b"\xff\xfe " + user.encode(), b'{"type": "memory.added", "user_id": "' + user.encode() + b'"}']
     async with appmod.ingest.test_context() as agent:
         for raw in bad:
             await agent.put(key=user.encode(), value=raw, wait=False)
         await agent.put(key=user.encode(), value=line(event(1, user, "Prefers tea over coffee.")), wait=False)
         await wait_until(lambda: len(proc.store.retrieve([f"m-{user}-1"])) == 1)
     assert proc.store.count({"user_id": user}) == 1
-    # Dead letters are unkeyed: find ours by the original bytes they carry.
-    topic = appmod.dead_letter_topic.get_topic_name()
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=kafka, auto_offset_reset="earliest",
-                                enable_auto_commit=False, group_id=None)
-    await consumer.start()
-    ours: list[dict[str, Any]] = []
-    try:
-        deadline = time.monotonic() + 30
-        while len(ours) < 2 and time.monotonic() < deadline:
-            for batch in (await consumer.getmany(timeout_ms=500)).values():
-                for r in batch:
-                    dl = orjson.loads(r.value)
-                    if base64.b64decode(dl["original_b64"]) in bad:
-                        ours.append(dl)
-    finally:
-        await consumer.stop()
+    # Dead letters are unkeyed: ours are the ones carrying our original bytes.
+    ours = await consume_all(kafka, appmod.dead_letter_topic.get_topic_name(), expect=2,
+                             keep=lambda r: base64.b64decode(orjson.loads(r.value)["original_b64"]) in bad)
     assert sorted(dl["reason"] for dl in ours) == ["missing_field", "undecodable"], ours
     assert all(dl["topic"] and dl["offset"] is not None for dl in ours)
