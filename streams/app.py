@@ -41,6 +41,7 @@ app = faust.App(
     broker_commit_interval=1.0,
     producer_acks=-1,
     stream_buffer_maxsize=4096,
+    table_standby_replicas=0,  # a worker's timers act on the users its tables hold: active partitions only
 )
 
 t = settings.topics
@@ -152,3 +153,8 @@ async def memories_view(web: Any, request: Any) -> Any:
 
 def _flag(value: str | None) -> bool:
     return value is not None and value.lower() in ("1", "true", "yes", "on", "")
+
+
+# Agents and timers that build on the ingest path (imported last: they use the names above).
+from dreamstream.streams import control as _control  # noqa: E402,F401
+from dreamstream.streams import synthesis_worker as _synthesis_worker  # noqa: E402,F401

@@ -130,4 +130,5 @@ def main() -> None:
 
         ensure_topics_sync(settings)
     app.main()
+from dreamstream.streams import cli_control as _cli_control  # noqa: E402,F401
 from dreamstream.streams import cli_synthesis as _cli_synthesis  # noqa: E402,F401

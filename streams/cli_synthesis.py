@@ -39,7 +39,7 @@ def _state_only(store_dir: str | None) -> runner.SynthesisState:
 
 
 def feed(processor: Processor, records: list[runner.RunRecord], source: str = "synthesis") -> BatchResult:
-    """Retired patterns deleted; the runs' pattern events through the same ingest path as every other event."""
+    """Retired patterns expired; the runs' pattern events through the same ingest path as every other event."""
     runner.apply(processor.store, records)
     items = [Incoming(raw=ev, topic=source) for r in records for ev in r.events]
     return processor.process(items) if items else BatchResult()

@@ -33,7 +33,7 @@ class WorkerProcess:
     def __init__(self, kafka: str, name: str, workdir: Path, extra_env: dict[str, str] | None = None) -> None:
         self.kafka = kafka
         self.port = free_port()
-        self.topics = {k: f"{k}-{name}" for k in ("added", "status", "patterns", "dead")}
+        self.topics = {k: f"{k}-{name}" for k in ("added", "status", "patterns", "dead", "runs", "control", "replies")}
         workdir.mkdir(parents=True, exist_ok=True)
         self.store_dir = workdir / "store"
         self.env = {
@@ -44,6 +44,9 @@ class WorkerProcess:
             "DREAM_TOPIC_MEMORY_STATUS": self.topics["status"],
             "DREAM_TOPIC_PATTERNS": self.topics["patterns"],
             "DREAM_TOPIC_DEAD_LETTERS": self.topics["dead"],
+            "DREAM_TOPIC_SYNTHESIS_RUNS": self.topics["runs"],
+            "DREAM_TOPIC_CONTROL": self.topics["control"],
+            "DREAM_TOPIC_CONTROL_REPLIES": self.topics["replies"],
             "DREAM_STORE": str(self.store_dir),
             "DREAM_DATA_DIR": str(workdir / "faust"),
             "DREAM_HTTP_PORT": str(self.port),

@@ -333,6 +333,43 @@ class Processor:
         self.store.update(owner.memory_id, {"decisions": owner.decisions})
         return events
 
+    def reprocess_user(self, user_id: str, backup_dir: str | None = None) -> BatchResult:
+        """Re-derives one user's statuses and links from scratch, in created_at order (after a judge changed).
+
+        The user's facts are taken out and fed back through `process` with their stored vectors, ids
+        and texts, exactly as a replay would; expired memories and patterns stay as they are. The
+        earlier decisions' records are replaced by the new ones (their status events say what changed).
+        The events are first written to `backup_dir` (a JSONL file `dream replay` can restore from if
+        the process dies between the delete and the re-add) and the file is removed once done.
+        """
+        facts = sorted(
+            (m for m in self.store.scroll({"user_id": user_id, "kind": "fact"}, with_vectors=True)
+             if m.status in ("active", "superseded", "merged")),
+            key=lambda m: (m.created_at, m.memory_id),
+        )
+        events = [{
+            "type": "memory.added", "event_id": m.event_id or f"reprocess-{m.memory_id}", "memory_id": m.memory_id,
+            "user_id": m.user_id, "app_id": m.app_id, "agent_id": m.agent_id, "run_id": m.run_id,
+            "project_id": m.project_id, "text": m.text, "created_at": m.created_at, "metadata": dict(m.metadata),
+            "embedding": None if m.vector is None else [float(x) for x in m.vector],
+        } for m in facts]
+        backup = None
+        if backup_dir is not None:
+            import os
+
+            import orjson
+
+            os.makedirs(backup_dir, exist_ok=True)
+            backup = os.path.join(backup_dir, f"reprocess-{user_id}-{int(time.time())}.jsonl")
+            with open(backup, "wb") as f:
+                f.write(b"".join(orjson.dumps(ev) + b"\n" for ev in events))
+        self.store.delete([m.memory_id for m in facts])
+        result = self.process([Incoming(raw=ev, topic="reprocess") for ev in events])
+        self.store.flush()
+        if backup is not None:
+            os.remove(backup)
+        return result
+
 
 def replay_lines(lines: Iterable[bytes], source: str = "replay") -> Iterable[Incoming]:
     """File lines as Incoming records (line numbers stand in for offsets)."""

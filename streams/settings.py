@@ -18,6 +18,9 @@ class Topics:
     memory_status: str = field(default_factory=lambda: _env("DREAM_TOPIC_MEMORY_STATUS", "memory.status"))
     patterns: str = field(default_factory=lambda: _env("DREAM_TOPIC_PATTERNS", "memory.patterns"))
     dead_letters: str = field(default_factory=lambda: _env("DREAM_TOPIC_DEAD_LETTERS", "memory.deadletter"))
+    synthesis_runs: str = field(default_factory=lambda: _env("DREAM_TOPIC_SYNTHESIS_RUNS", "dream.synthesis.runs"))
+    control: str = field(default_factory=lambda: _env("DREAM_TOPIC_CONTROL", "dream.control"))
+    control_replies: str = field(default_factory=lambda: _env("DREAM_TOPIC_CONTROL_REPLIES", "dream.control.replies"))
     partitions: int = field(default_factory=lambda: int(_env("DREAM_PARTITIONS", "4")))
 
 
@@ -33,7 +36,17 @@ class Settings:
     batch_within: float = field(default_factory=lambda: float(_env("DREAM_BATCH_WITHIN", "0.5")))
     http_host: str = field(default_factory=lambda: _env("DREAM_HTTP_HOST", "127.0.0.1"))
     http_port: int = field(default_factory=lambda: int(_env("DREAM_HTTP_PORT", "6066")))
+    synthesis_check_seconds: float = field(default_factory=lambda: float(_env("DREAM_SYNTHESIS_CHECK_SECONDS", "60")))
+    synthesis_cadence: str = field(default_factory=lambda: _env("DREAM_SYNTHESIS_CADENCE", "weekly"))
+    control_token: str | None = field(default_factory=lambda: os.environ.get("DREAM_CONTROL_TOKEN") or None)
     topics: Topics = field(default_factory=Topics)
+
+    @property
+    def synthesis_cadence_days(self) -> float:
+        """`weekly` (7), `daily` (1) or a number of days."""
+        named = {"weekly": 7.0, "daily": 1.0, "biweekly": 14.0}
+        value = self.synthesis_cadence.strip().lower()
+        return named[value] if value in named else float(value)
 
     @property
     def broker_url(self) -> str:

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from dreamstream.agents import synthesis as syn
-from dreamstream.schemas.events import PATTERN_ADDED, normalise_time
+from dreamstream.schemas.events import PATTERN_ADDED, normalise_time, now_iso
 from dreamstream.schemas.memory import Memory
 from dreamstream.streams.store import MemoryStore
 
@@ -137,8 +137,8 @@ class RunRecord:
     pattern_ids: list[str] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
     retired: list[str] = field(default_factory=list)
-    """Ids of this user's earlier synthesis patterns that the run no longer finds: the caller deletes them
-    (a pattern is derived data; if its theme comes back, its topic-derived id comes back with it)."""
+    """Ids of this user's earlier synthesis patterns that the run no longer finds: `apply` expires them
+    (hidden by default, kept; if the theme comes back, its topic-derived id comes back with it)."""
 
     def describe(self) -> str:
         if not self.ran:
@@ -227,7 +227,7 @@ def _run(
             record.patterns_updated += 1
         record.events.append(pattern_event(theme, now, project_id))
     found = set(record.pattern_ids)
-    record.retired = sorted(p.memory_id for p in patterns if p.memory_id not in found
+    record.retired = sorted(p.memory_id for p in patterns if p.memory_id not in found and p.status == "active"
                             and p.user_id == user_id and p.metadata.get("source") == SOURCE)
     record.patterns_retired = len(record.retired)
     record.ran = True
@@ -242,8 +242,14 @@ def _run(
 
 
 def apply(store: MemoryStore, records: Sequence[RunRecord]) -> None:
-    """Deletes the patterns the runs retired (new and updated ones go through `Processor.process`)."""
-    store.delete([pid for r in records for pid in r.retired])
+    """Expires the patterns the runs retired: hidden from default reads, kept (nothing is lost).
+
+    New and updated patterns go through `Processor.process`; a retired theme that comes back gets its
+    topic-derived id back and is rewritten active.
+    """
+    stamp = now_iso()
+    for pid in (pid for r in records for pid in r.retired):
+        store.update(pid, {"status": "expired", "updated_at": stamp})
 
 
 def run_for_user(

@@ -18,7 +18,11 @@ log = logging.getLogger("dreamstream.topics")
 
 def declared(settings: Settings) -> dict[str, int]:
     t = settings.topics
-    return {name: t.partitions for name in (t.memory_added, t.memory_status, t.patterns, t.dead_letters)}
+    out = {name: t.partitions for name in (t.memory_added, t.memory_status, t.patterns, t.dead_letters,
+                                           t.synthesis_runs)}
+    # Commands are few and must be applied in the order sent: one partition.
+    out.update({t.control: 1, t.control_replies: 1})
+    return out
 
 
 async def ensure_topics(settings: Settings, timeout: float = 30.0) -> list[str]:

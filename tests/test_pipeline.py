@@ -130,3 +130,19 @@ def test_read_without_user_is_refused(proc: Processor) -> None:
         reads.get(proc.store, "")
     with pytest.raises(ValueError):
         reads.mode_from_flags(True, True)
+
+
+def test_reprocess_rederives_decisions_and_keeps_every_memory(edge_store, embedder, tmp_path) -> None:
+    """Ingested with a judge that decides nothing, reprocessed with the default one: the move supersedes."""
+    blind = Processor(edge_store, embedder, decide=lambda new, cands: [])
+    evs = [event(1, "rp", "User lives in Lisbon."), event(2, "rp", "I moved to Berlin last month.", day=2),
+           event(3, "rp", "Has a cat called Miso.", day=3)]
+    blind.process([Incoming(raw=line(e)) for e in evs])
+    assert {m.status for m in edge_store.scroll({"user_id": "rp"})} == {"active"}
+    result = Processor(edge_store, embedder).reprocess_user("rp", str(tmp_path / "backup"))
+    after = {m.memory_id: m for m in edge_store.scroll({"user_id": "rp"})}
+    assert set(after) == {e["memory_id"] for e in evs}  # nothing lost
+    assert after["m-rp-1"].status == "superseded" and after["m-rp-1"].superseded_by == "m-rp-2"
+    assert after["m-rp-3"].status == "active"
+    assert [(s["memory_id"], s["to_status"]) for s in result.status_events] == [("m-rp-1", "superseded")]
+    assert not list((tmp_path / "backup").iterdir())  # the safety copy is gone once done

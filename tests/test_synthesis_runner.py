@@ -49,7 +49,8 @@ def run(store: Any, embedder: Any, state: runner.SynthesisState, user: str = "u1
 
 
 def patterns(store: Any, user: str = "u1") -> list[Any]:
-    return sorted(store.scroll({"user_id": user, "kind": "pattern"}), key=lambda m: m.memory_id)
+    """The user's live patterns (retired ones are kept as `expired`)."""
+    return sorted(store.scroll({"user_id": user, "kind": "pattern", "status": "active"}), key=lambda m: m.memory_id)
 
 
 def test_off_by_default_then_enabled(edge_store: Any, embedder: Any, tmp_path: Path) -> None:
@@ -100,7 +101,9 @@ def test_forward_boundary_excludes_earlier(edge_store: Any, embedder: Any) -> No
     runner.enable(state, None, "2025-04-01T00:00:00Z")  # nothing after: no evidence, no patterns
     empty = run(edge_store, embedder, state, force=True)
     assert empty.themes == 0 and empty.patterns_retired == len(empty.retired)
-    assert not patterns(edge_store)  # patterns the evidence no longer supports are retired
+    assert not patterns(edge_store)  # patterns the evidence no longer supports are retired ...
+    kept = edge_store.scroll({"user_id": "u1", "kind": "pattern"})
+    assert kept and all(p.status == "expired" for p in kept)  # ... and kept, hidden from default reads
 
 
 def test_cadence_and_idempotence(tmp_path: Path, embedder: Any) -> None:

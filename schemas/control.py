@@ -1,0 +1,132 @@
+"""The ops control contract: commands on `dream.control`, replies on `dream.control.replies`.
+
+A command::
+
+    {"type": "dream.control", "id": "<unique, the correlation id>", "command": "synthesis.enable",
+     "args": {"project": "demo"}, "issued_by": "alice", "issued_at": "<ISO time>", "token": "<optional>"}
+
+`parse_command` validates one raw record and raises `InvalidCommand` with a stable reason, so the
+control agent can reply and dead-letter without touching anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from dreamstream.schemas.events import now_iso
+
+CONTROL = "dream.control"
+REPLY = "dream.control.reply"
+
+COMMANDS: dict[str, dict[str, type | tuple[type, ...]]] = {
+    # command -> required args and their types (optional args are checked where they are used)
+    "synthesis.enable": {},
+    "synthesis.disable": {},
+    "retention.set": {"policies": dict},
+    "consolidate.run": {"user": str},
+    "consolidate.approve": {"plan_id": str},
+    "consolidate.reject": {"plan_id": str},
+    "undo": {"decision_id": str},
+    "reprocess": {"user": str},
+    "erase": {"user": str},
+    "ingest.pause": {},
+    "ingest.resume": {},
+    "settings.show": {},
+}
+OPTIONAL: dict[str, dict[str, type | tuple[type, ...]]] = {
+    "synthesis.enable": {"project": (str, type(None)), "boundary": (str, type(None))},
+    "synthesis.disable": {"project": (str, type(None))},
+    "consolidate.run": {"app": (str, type(None)), "mode": str},
+}
+REASONS = ("undecodable", "invalid_json", "not_an_object", "unknown_type", "missing_field", "bad_field",
+           "unknown_command", "unauthorised", "id_reused")
+
+
+class InvalidCommand(ValueError):
+    def __init__(self, reason: str, message: str, command_id: str | None = None) -> None:
+        super().__init__(f"{reason}: {message}")
+        self.reason = reason
+        self.message = message
+        self.command_id = command_id
+
+
+@dataclass(frozen=True)
+class Command:
+    id: str
+    command: str
+    args: dict[str, Any] = field(default_factory=dict)
+    issued_by: str | None = None
+    issued_at: str | None = None
+
+    def fingerprint(self) -> bytes:
+        """What makes two deliveries the same command (the token is not part of it)."""
+        return orjson.dumps({"command": self.command, "args": self.args}, option=orjson.OPT_SORT_KEYS)
+
+
+def parse_command(raw: bytes | str | dict[str, Any], token: str | None = None) -> Command:
+    """A validated command; `token`, when the worker has one configured, must match the command's."""
+    if isinstance(raw, dict):
+        obj: Any = raw
+    else:
+        if isinstance(raw, bytes):
+            try:
+                raw = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InvalidCommand("undecodable", f"not UTF-8 at byte {exc.start}") from exc
+        try:
+            obj = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise InvalidCommand("invalid_json", str(exc)) from exc
+    if not isinstance(obj, dict):
+        raise InvalidCommand("not_an_object", f"a command is a JSON object, not {type(obj).__name__}")
+    cid = obj.get("id")
+    if not isinstance(cid, str) or not cid:
+        raise InvalidCommand("missing_field", "id (a non-empty string) is required")
+    if obj.get("type") != CONTROL:
+        raise InvalidCommand("unknown_type", f"type must be {CONTROL!r}", cid)
+    if token is not None and obj.get("token") != token:
+        raise InvalidCommand("unauthorised", "the command's token does not match the worker's", cid)
+    name = obj.get("command")
+    if name not in COMMANDS:
+        raise InvalidCommand("unknown_command", f"command must be one of {', '.join(sorted(COMMANDS))}", cid)
+    args = obj.get("args", {})
+    if not isinstance(args, dict):
+        raise InvalidCommand("bad_field", "args must be an object", cid)
+    for key, kind in COMMANDS[name].items():
+        if key not in args:
+            raise InvalidCommand("missing_field", f"{name} needs args.{key}", cid)
+        if not isinstance(args[key], kind):
+            raise InvalidCommand("bad_field", f"args.{key} has the wrong type", cid)
+    for key, kind in OPTIONAL.get(name, {}).items():
+        if key in args and not isinstance(args[key], kind):
+            raise InvalidCommand("bad_field", f"args.{key} has the wrong type", cid)
+    if name == "consolidate.run" and args.get("mode", "dry_run") not in ("dry_run", "auto"):
+        raise InvalidCommand("bad_field", "args.mode is dry_run or auto", cid)
+    if name == "retention.set":
+        for mtype, days in args["policies"].items():
+            if days is not None and (not isinstance(days, int) or isinstance(days, bool) or days < 0):
+                raise InvalidCommand("bad_field", f"retention for {mtype!r} must be days (>= 0) or null", cid)
+    issued_by = obj.get("issued_by")
+    return Command(id=cid, command=name, args=dict(args), issued_by=issued_by if isinstance(issued_by, str) else None,
+                   issued_at=obj.get("issued_at") if isinstance(obj.get("issued_at"), str) else None)
+
+
+def reply(command_id: str | None, command: str | None, outcome: str, details: dict[str, Any]) -> dict[str, Any]:
+    """The one reply a command gets: outcome is ok, error (it was valid but failed) or rejected (never applied)."""
+    return {"type": REPLY, "id": command_id, "command": command, "outcome": outcome, "details": details,
+            "at": now_iso()}
+
+
+def command(name: str, args: dict[str, Any] | None = None, command_id: str | None = None,
+            issued_by: str | None = None, token: str | None = None) -> dict[str, Any]:
+    """A command record, for `dream control` and tests."""
+    import uuid
+
+    out: dict[str, Any] = {"type": CONTROL, "id": command_id or uuid.uuid4().hex, "command": name,
+                           "args": args or {}, "issued_by": issued_by, "issued_at": now_iso()}
+    if token is not None:
+        out["token"] = token
+    return out
