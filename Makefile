@@ -46,7 +46,7 @@ bench: install kafka-start
 
 bench-quality: install
 	@rm -rf .cache/bench-quality && mkdir -p .cache/bench-quality
-	$(VENV)/bin/dream replay ../shared/bench/dev/events.jsonl --store .cache/bench-quality/store
+	$(VENV)/bin/dream replay ../shared/bench/dev/events.jsonl --store .cache/bench-quality/store --synthesis
 	$(VENV)/bin/dream export --store .cache/bench-quality/store --out .cache/bench-quality/state.jsonl
 	python3 ../shared/bench/score.py ../shared/bench/dev .cache/bench-quality/state.jsonl
 

@@ -1,7 +1,8 @@
 """The JSON Schema contracts of every topic, loaded from the package (schemas/json/*.schema.json).
 
 `validate(name, obj)` raises `jsonschema.ValidationError` on the first problem. Names are the
-event types: memory.added, pattern.added, memory.status, dead_letter.
+event types: memory.added, pattern.added, memory.status, dead_letter, synthesis.run, dream.control,
+dream.control.reply.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from typing import Any
 
 import jsonschema
 
-SCHEMA_NAMES = ("memory.added", "pattern.added", "memory.status", "dead_letter")
+SCHEMA_NAMES = ("memory.added", "pattern.added", "memory.status", "dead_letter", "synthesis.run", "dream.control",
+                "dream.control.reply")
 
 
 def schema_file(name: str) -> str:

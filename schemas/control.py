@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from dreamstream.schemas.events import now_iso
+from dreamstream.schemas.events import InvalidEvent, decode, now_iso
 
 CONTROL = "dream.control"
 REPLY = "dream.control.reply"
@@ -41,7 +41,7 @@ OPTIONAL: dict[str, dict[str, type | tuple[type, ...]]] = {
     "synthesis.disable": {"project": (str, type(None))},
     "consolidate.run": {"app": (str, type(None)), "mode": str},
 }
-REASONS = ("undecodable", "invalid_json", "not_an_object", "unknown_type", "missing_field", "bad_field",
+REASONS = ("oversize", "undecodable", "invalid_json", "not_an_object", "unknown_type", "missing_field", "bad_field",
            "unknown_command", "unauthorised", "id_reused")
 
 
@@ -68,20 +68,10 @@ class Command:
 
 def parse_command(raw: bytes | str | dict[str, Any], token: str | None = None) -> Command:
     """A validated command; `token`, when the worker has one configured, must match the command's."""
-    if isinstance(raw, dict):
-        obj: Any = raw
-    else:
-        if isinstance(raw, bytes):
-            try:
-                raw = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise InvalidCommand("undecodable", f"not UTF-8 at byte {exc.start}") from exc
-        try:
-            obj = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise InvalidCommand("invalid_json", str(exc)) from exc
-    if not isinstance(obj, dict):
-        raise InvalidCommand("not_an_object", f"a command is a JSON object, not {type(obj).__name__}")
+    try:
+        obj: Any = decode(raw)  # the same byte-level checks (size, UTF-8, JSON, object) as memory events
+    except InvalidEvent as exc:
+        raise InvalidCommand(exc.reason, exc.message) from exc
     cid = obj.get("id")
     if not isinstance(cid, str) or not cid:
         raise InvalidCommand("missing_field", "id (a non-empty string) is required")

@@ -57,13 +57,26 @@ def print_rows(rows: list[dict[str, Any]], as_json: bool) -> None:
     option("--dead-letters", "dead_path", default=None, type=click.Path(path_type=Path),
            help="Where bad lines go (default: FILE.deadletter.jsonl)."),
     option("--batch-size", default=256, show_default=True, help="Events per batch."),
+    option("--synthesis", is_flag=True, default=False,
+           help="Synthesis on from the file's first event, run on its schedule in event time and once at the end."),
 )
 async def replay(self: AppCommand, file: Path, store_dir: str | None, dead_path: Path | None,
-                 batch_size: int) -> None:
+                 batch_size: int, synthesis: bool) -> None:
     """Push a JSONL file of events through the agents in process, no broker, into the store."""
     from dreamstream.streams.replay import replay_file
 
-    summary = replay_file(file, open_configured_store(store_dir), dead_path=dead_path, batch_size=batch_size)
+    store = open_configured_store(store_dir)
+    try:
+        if synthesis:
+            from dreamstream.streams import cli_synthesis
+
+            state = cli_synthesis.state_for(store_dir)
+            summary = cli_synthesis.replay_with_synthesis(file, store, state, batch_size=batch_size,
+                                                          dead_path=dead_path)
+        else:
+            summary = replay_file(file, store, dead_path=dead_path, batch_size=batch_size)
+    finally:
+        store.close()
     click.echo(summary.describe())
 
 

@@ -1,4 +1,4 @@
-"""Synthesis commands of `dream`: `synthesis enable|disable|status`, `synthesize`, `replay-synth`.
+"""Synthesis commands of `dream`: `synthesis enable|disable|status`, `synthesize`; replay with synthesis.
 
 Registered on the Faust app by importing this module (streams/cli.py does, at its bottom).
 """
@@ -17,8 +17,8 @@ from faust.cli import AppCommand, argument, option
 
 from dreamstream.streams import synthesis_runner as runner
 from dreamstream.streams.app import app, settings
-from dreamstream.streams.pipeline import BatchResult, Incoming, Processor, replay_lines
-from dreamstream.streams.replay import ReplaySummary
+from dreamstream.streams.pipeline import BatchResult, Incoming, Processor
+from dreamstream.streams.replay import ReplaySummary, replay_file
 from dreamstream.streams.store import MemoryStore
 
 _store_option = option("--store", "store_dir", default=None, help="Embedded store folder (default: $DREAM_STORE).")
@@ -27,13 +27,12 @@ _store_option = option("--store", "store_dir", default=None, help="Embedded stor
 def _open(store_dir: str | None) -> tuple[Any, runner.SynthesisState]:
     from dreamstream.streams.store import open_store
 
-    directory = store_dir or settings.store_dir
-    store = open_store(directory, settings.qdrant_url, settings.qdrant_api_key)
-    state = runner.SynthesisState.load(runner.state_path(directory, server=bool(settings.qdrant_url)))
-    return store, state
+    store = open_store(store_dir or settings.store_dir, settings.qdrant_url, settings.qdrant_api_key)
+    return store, state_for(store_dir)
 
 
-def _state_only(store_dir: str | None) -> runner.SynthesisState:
+def state_for(store_dir: str | None) -> runner.SynthesisState:
+    """The offline synthesis state of a store (the worker keeps its own in Kafka tables)."""
     directory = store_dir or settings.store_dir
     return runner.SynthesisState.load(runner.state_path(directory, server=bool(settings.qdrant_url)))
 
@@ -55,7 +54,7 @@ def feed(processor: Processor, records: list[runner.RunRecord], source: str = "s
 async def synthesis(self: AppCommand, action: str, project: str | None, boundary: str | None,
                     store_dir: str | None) -> None:
     """Turn synthesis on or off for a project (off by default), or show the settings."""
-    state = _state_only(store_dir)
+    state = state_for(store_dir)
     key = project or runner.DEFAULT_PROJECT
     if action == "enable":
         s = runner.enable(state, project, boundary)
@@ -156,6 +155,7 @@ def replay_with_synthesis(
     processor: Processor | None = None,
     batch_size: int = 256,
     cadence_days: float = runner.CADENCE_DAYS,
+    dead_path: Path | None = None,
 ) -> SynthReplaySummary:
     """Replays a file with synthesis on from its first event, on the weekly schedule in event time.
 
@@ -168,7 +168,6 @@ def replay_with_synthesis(
         embed = shared_embedder()
     processor = processor or Processor(store, embed)
     summary = SynthReplaySummary()
-    start = time.perf_counter()
     first, projects = _scan(path)
     if first is not None:
         boundary = runner._ts_str(runner._parse(first) - timedelta(seconds=1))
@@ -176,10 +175,9 @@ def replay_with_synthesis(
             settings_ = state.project(project)
             if settings_ is None or str(settings_.get("boundary", "")) > boundary:
                 runner.enable(state, project, boundary)
-    total = BatchResult()
     latest: str | None = None
 
-    def synth(now: str, force: bool) -> None:
+    def synth(now: str, force: bool) -> BatchResult:
         t0 = time.perf_counter()
         records = runner.run_due(store, embed, now, state, force=force, cadence_days=cadence_days)
         ran = [r for r in records if r.ran]
@@ -187,53 +185,23 @@ def replay_with_synthesis(
         summary.patterns_written += sum(r.patterns_written for r in ran)
         summary.patterns_updated += sum(r.patterns_updated for r in ran)
         summary.patterns_retired += sum(r.patterns_retired for r in ran)
-        total.extend(feed(processor, ran, source=f"{path}#synthesis"))
+        result = feed(processor, ran, source=f"{path}#synthesis")
         summary.synth_seconds += time.perf_counter() - t0
+        return result
 
-    batch: list[Incoming] = []
-
-    def run_batch() -> None:
+    def after_batch(batch: list[Incoming]) -> BatchResult | None:
         nonlocal latest
         for item in batch:
             stamp = _event_time(item)
             if stamp is not None and (latest is None or stamp > latest):
                 latest = stamp
-        total.extend(processor.process(batch))
-        batch.clear()
-        if latest is not None:
-            synth(latest, force=False)
+        return synth(latest, force=False) if latest is not None else None
 
-    with path.open("rb") as f:
-        for item in replay_lines(f, source=str(path)):
-            batch.append(item)
-            summary.lines += 1
-            if len(batch) >= batch_size:
-                run_batch()
-    if batch:
-        run_batch()
-    if latest is not None:
-        synth(latest, force=True)
-    store.flush()
-    summary.seconds = time.perf_counter() - start
-    summary.stored = total.outcomes["stored"]
-    summary.outcomes = total.outcomes
-    summary.decisions = total.decisions
-    summary.dead = len(total.dead_letters)
-    summary.patterns_final = store.count({"kind": "pattern"})
+    def at_end() -> BatchResult | None:
+        return synth(latest, force=True) if latest is not None else None
+
+    replay_file(path, store, dead_path=dead_path, batch_size=batch_size, processor=processor,
+                after_batch=after_batch, at_end=at_end, summary=summary)
+    summary.stored = summary.outcomes["stored"]
+    summary.patterns_final = store.count({"kind": "pattern", "status": "active"})
     return summary
-
-
-@app.command(
-    argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path)),
-    _store_option,
-    option("--batch-size", default=256, show_default=True, help="Events per batch."),
-)
-async def replay_synth(self: AppCommand, file: Path, store_dir: str | None, batch_size: int) -> None:
-    """Replay a JSONL file with synthesis on from its first event, run weekly in event time."""
-    store, state = _open(store_dir)
-    try:
-        summary = replay_with_synthesis(file, store, state, batch_size=batch_size)
-    finally:
-        store.close()
-    click.echo(summary.describe())
-

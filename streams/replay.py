@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,20 +45,31 @@ def replay_file(
     dead_path: Path | None = None,
     batch_size: int = 256,
     processor: Processor | None = None,
+    after_batch: Callable[[list[Incoming]], BatchResult | None] | None = None,
+    at_end: Callable[[], BatchResult | None] | None = None,
+    summary: ReplaySummary | None = None,
 ) -> ReplaySummary:
-    """Replays a JSONL file through the same Processor the stream uses."""
+    """Replays a JSONL file through the same Processor the stream uses.
+
+    `after_batch` (given each batch once processed) and `at_end` let a caller act on the way, in event
+    time — replay with synthesis runs the schedule there; what they return counts in the summary.
+    """
     if processor is None:
         from dreamstream.streams.embedding import shared_embedder
 
         processor = Processor(store, shared_embedder())
     dead_path = dead_path or path.with_name(path.name + ".deadletter.jsonl")
-    summary = ReplaySummary(dead_path=dead_path)
+    summary = summary or ReplaySummary()
+    summary.dead_path = dead_path
     start = time.perf_counter()
     total = BatchResult()
     batch: list[Incoming] = []
 
     def run() -> None:
         total.extend(processor.process(batch))
+        extra = after_batch(batch) if after_batch else None
+        if extra is not None:
+            total.extend(extra)
         batch.clear()
 
     with path.open("rb") as f:
@@ -68,6 +80,9 @@ def replay_file(
                 run()
     if batch:
         run()
+    extra = at_end() if at_end else None
+    if extra is not None:
+        total.extend(extra)
     store.flush()
     summary.seconds = time.perf_counter() - start
     summary.stored = total.outcomes["stored"] + total.outcomes["pattern_stored"]

@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import yaml
 
@@ -181,7 +182,10 @@ def test_dead_letters_validate() -> None:
     for letter in letters:
         contracts.validate("dead_letter", letter)
     schema_reasons = contracts.load_schema("dead_letter")["properties"]["reason"]["enum"]
-    assert tuple(schema_reasons) == REASONS
+    # Memory events' reasons first, then those only the control topic gives.
+    from dreamstream.schemas.control import REASONS as CONTROL_REASONS
+
+    assert schema_reasons == [*REASONS, *(r for r in CONTROL_REASONS if r not in REASONS)]
     assert not contracts.is_valid("dead_letter", {**letters[0], "reason": "gremlins"})
 
 
@@ -189,7 +193,8 @@ def test_asyncapi_document() -> None:
     doc = yaml.safe_load(ASYNCAPI.read_text("utf-8"))
     assert doc["asyncapi"] == "3.0.0"
     addresses = {ch["address"] for ch in doc["channels"].values()}
-    assert addresses == {"memory.added", "memory.patterns", "memory.status", "memory.deadletter"}
+    assert addresses == {"memory.added", "memory.patterns", "memory.status", "memory.deadletter",
+                         "dream.synthesis.runs", "dream.control", "dream.control.replies"}
     messages = doc["components"]["messages"]
     seen = set()
     for channel in doc["channels"].values():
@@ -232,3 +237,31 @@ def test_docker_compose_config() -> None:
     result = subprocess.run(["docker", "compose", "-f", str(COMPOSE), "config", "-q"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
+
+
+def test_control_commands_and_replies_validate() -> None:
+    """Every command `dream control` can build, and the replies the worker gives, match the published schemas."""
+    from dreamstream.schemas.control import COMMANDS, InvalidCommand, command, parse_command, reply
+
+    samples = {"retention.set": {"policies": {"session_state": 30, "scratch": None}}, "consolidate.run": {"user": "u"},
+               "consolidate.approve": {"plan_id": "p"}, "consolidate.reject": {"plan_id": "p"},
+               "undo": {"decision_id": "d"}, "reprocess": {"user": "u"}, "erase": {"user": "u"}}
+    for name in COMMANDS:
+        body = command(name, samples.get(name, {}))
+        contracts.validate("dream.control", body)
+        assert parse_command(orjson.dumps(body)).command == name
+        contracts.validate("dream.control.reply", reply(body["id"], name, "ok", {}))
+    bad = command("retention.set", {"policies": {"session_state": -3}})
+    assert not contracts.is_valid("dream.control", bad)
+    with pytest.raises(InvalidCommand) as err:
+        parse_command(orjson.dumps(bad))
+    assert err.value.reason == "bad_field" and err.value.command_id == bad["id"]
+    with pytest.raises(InvalidCommand) as err:
+        parse_command(orjson.dumps(command("undo")), token=None)
+    assert err.value.reason == "missing_field"
+    with pytest.raises(InvalidCommand) as err:
+        parse_command(orjson.dumps(command("settings.show", token="wrong")), token="secret")
+    assert err.value.reason == "unauthorised"
+    signed = command("settings.show", token="secret")
+    assert parse_command(orjson.dumps(signed), token="secret").command == "settings.show"
+

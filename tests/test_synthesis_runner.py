@@ -160,3 +160,23 @@ def test_replay_with_synthesis(tmp_path: Path, embedder: Any) -> None:
     assert summary.patterns_final == len(patterns(store)) >= 1 and not patterns(store, "u2")
     assert "patterns written" in summary.describe()
     store.close()
+
+
+def test_dream_replay_synthesis_flag(tmp_path: Path) -> None:
+    """`dream replay FILE --store DIR --synthesis` as a user runs it; a bad line is counted, not fatal."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in events("u1")) + b"{not json\n")
+    dream = str(Path(sys.executable).with_name("dream"))
+    out = subprocess.run([dream, "replay", str(path), "--store", str(tmp_path / "store"), "--synthesis"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "1 bad lines" in out.stdout and "synthesis: " in out.stdout
+    store = EdgeStore(tmp_path / "store")
+    try:
+        assert patterns(store) and all(set(p.sources) <= {e["memory_id"] for e in events("u1")}
+                                       for p in patterns(store))
+    finally:
+        store.close()
