@@ -97,3 +97,40 @@ async def test_ingest_agent_dead_letters_bad_records_and_keeps_going(kafka: str,
                              keep=lambda r: base64.b64decode(orjson.loads(r.value)["original_b64"]) in bad)
     assert sorted(dl["reason"] for dl in ours) == ["missing_field", "undecodable"], ours
     assert all(dl["topic"] and dl["offset"] is not None for dl in ours)
+
+
+async def test_control_agent_applies_once_and_bookkeeping_counts(kafka: str, proc: Processor) -> None:
+    """The control agent turns synthesis on (a table write), answers once; bookkeeping then counts eligible facts."""
+    from dreamstream.schemas.control import command
+    from dreamstream.streams import control as ctl
+    from dreamstream.streams import synthesis_worker as sw
+
+    await ctl.replies_topic.maybe_declare()
+    user = f"agent-{uuid.uuid4().hex[:8]}"
+    project = f"p-{user}"
+    body = orjson.dumps(command("synthesis.enable", {"project": project, "boundary": "2026-01-01T00:00:00Z"}))
+    async with ctl.control.test_context() as agent:
+        await agent.put(key=b"c", value=body, wait=False)
+        await agent.put(key=b"c", value=body, wait=False)  # redelivered: no second effect, no second reply
+        await wait_until(lambda: sw.projects_table.get(project) is not None)
+    assert sw.projects_table[project] == {"enabled": True, "boundary": "2026-01-01T00:00:00Z"}
+    cid = orjson.loads(body)["id"]
+    answers = await consume_all(kafka, ctl.replies_topic.get_topic_name(), expect=2, timeout=5,
+                                keep=lambda r: r.key == cid.encode())
+    assert [a["outcome"] for a in answers] == ["ok"]
+
+    evs = [event(1, user, "Runs 40 km a week.", project_id=project),
+           event(2, user, "Logs rides on Strava.", project_id=project, app_id="fitness-app"),  # app-scoped
+           event(3, user, "Lifts weights on Mondays.", project_id=None),  # no project: synthesis off there
+           {**event(4, user, "Swims on Fridays.", project_id=project), "created_at": "2025-12-01T09:00:00Z"}]
+    async with sw.synthesis_bookkeeping.test_context() as agent:
+        for e in evs:
+            await agent.put(key=user.encode(), value=line(e), wait=False)
+        await agent.put(key=user.encode(), value=b"{broken", wait=False)  # ingest dead-letters it; skipped here
+        await wait_until(lambda: (sw.users_table.get(user) or {}).get("facts") == 4)
+    state = sw.users_table[user]
+    assert state["facts"] == 4 and state["eligible"] == 1  # only the user-scoped one after the boundary
+    assert not sw.due(state, "2026-02-01T00:00:00Z", 7.0)  # under 20 memories
+    assert sw.due({**state, "facts": 20}, "2026-02-01T00:00:00Z", 7.0)
+    assert not sw.due({**state, "facts": 20, "checked": 1}, "2026-02-01T00:00:00Z", 7.0)  # nothing new
+    assert not sw.due({**state, "facts": 20, "last_run": "2026-01-30T00:00:00Z"}, "2026-02-01T00:00:00Z", 7.0)
