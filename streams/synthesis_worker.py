@@ -104,6 +104,7 @@ async def synthesis_bookkeeping(stream: faust.StreamT) -> None:
                 except InvalidEvent:
                     continue  # dead-lettered by ingest: never stored, so never counted
                 state["last_event_at"] = time.time()
+                state["partition"] = event.message.partition
                 if body.get("kind", "fact") == "fact":
                     state["facts"] = state.get("facts", 0) + 1
                 if counts_as_eligible(body, project_settings()):
@@ -136,6 +137,14 @@ def ingest_behind(user: str, state: dict[str, Any]) -> bool:
         return False
     stored = int(app_processor().store.count({"user_id": user, "kind": "fact"}))
     return stored < int(state.get("facts", 0))
+
+
+def owned_partitions() -> set[int] | None:
+    """This worker's memory.added partitions (None outside a running worker, e.g. in unit tests)."""
+    consumer = getattr(app, "_consumer", None)
+    if consumer is None:
+        return None
+    return {tp.partition for tp in consumer.assignment() if tp.topic == settings.topics.memory_added}
 
 
 def run_user(user: str, state: dict[str, Any], now: str) -> tuple[runner.RunRecord, dict[str, Any]]:
@@ -175,9 +184,12 @@ async def tick(now: str | None = None) -> list[runner.RunRecord]:
         if since < stale:
             _inflight.pop(user, None)  # the record was lost (crash before send): look again
     records = []
+    owned = owned_partitions()
     for user, state in list(users_table.items()):
         if not state or user in _inflight or not due(state, now, cadence):
             continue
+        if owned is not None and state.get("partition") not in owned:
+            continue  # another worker holds this user's partition now
         if await on_store_thread(ingest_behind, user, state):
             continue  # the store has not caught up with what was counted: look again next tick
         started = time.perf_counter()
