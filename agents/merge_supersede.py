@@ -80,20 +80,44 @@ class OfflineJudge:
     replace_cos_cue_any: float = 0.55
     replace_cos_implicit: float = 0.60
     top_n_embed: int = 4
+    frame_same: float = 0.90
+    frame_change: float = 0.80
+    frame_change_loose: float = 0.88
+    polarity_cos: float = 0.55
+
+    def frame_sims(self, new: Memory, candidates: Sequence[Memory]) -> list[float | None]:
+        """Cosine of the value-masked frames (`text_features.frame`), one embedding per distinct text.
+
+        Catches one slot said two ways with different values ("Works for Acme." / "User has a job at
+        Globex."), which whole-sentence cosine ranks low because the values dominate it."""
+        if self.embedder is None or not candidates:
+            return [None] * len(candidates)
+        texts = [tf.frame(new.text)[0]] + [tf.frame(c.text)[0] for c in candidates]
+        vecs = np.asarray(self.embedder(texts), dtype=np.float32)
+        return [float(np.dot(vecs[0], v)) for v in vecs[1:]]
 
     def judge(self, new: Memory, candidates: Sequence[Memory]) -> list[Verdict]:
         sims = [_cos(new, c) for c in candidates]
+        fsims = self.frame_sims(new, candidates)
         top = max(sims, default=0.0)
         return [
-            self.judge_pair(new, c, nearest=s >= top - 0.02) for c, s in zip(candidates, sims, strict=True)
+            self.judge_pair(new, c, nearest=s >= top - 0.02, frame_cos=f)
+            for c, s, f in zip(candidates, sims, fsims, strict=True)
         ]
 
-    def judge_pair(self, new: Memory, old: Memory, *, nearest: bool = True) -> Verdict:
+    def judge_pair(
+        self, new: Memory, old: Memory, *, nearest: bool = True, frame_cos: float | None = None
+    ) -> Verdict:
         """`nearest`: `old` is (about) the new memory's nearest candidate, which lets a change cue
-        ("moved to", "now") count at a lower similarity: the slot is the closest thing on record."""
+        ("moved to", "now") count at a lower similarity: the slot is the closest thing on record.
+        `frame_cos`: similarity of the value-masked frames, where an embedder is configured."""
         cos = _cos(new, old)
         o = tf.overlap(new.text, old.text)
         scores = {"cos": round(cos, 4), "jaccard": round(o.jaccard, 4), "old_in_new": round(o.old_in_new, 4)}
+        if frame_cos is not None:
+            scores["frame_cos"] = round(frame_cos, 4)
+        fn, vals_new, subj_new = tf.frame(new.text)
+        fo, vals_old, subj_old = tf.frame(old.text)
 
         def v(rel: Relation, conf: float, rule: str) -> Verdict:
             return Verdict(old.memory_id, rel, round(conf, 4), rule, scores)
@@ -108,16 +132,42 @@ class OfflineJudge:
         ep_new, ep_old = tf.episode_words(new.text), tf.episode_words(old.text)
         if (ep_new or ep_old) and ep_new != ep_old:
             return v("unrelated", 1 - cos, "distinct_occasion")
-        if o.literal_conflict and not tf.has_change_cue(new.text):
-            return v("unrelated", 1 - cos, "different_literal")
         small_diff = len(o.only_new) <= 2 and len(o.only_old) <= 2
         if small_diff and tf.order_swapped(new.text, old.text, o.shared):
             return v("unrelated", 1 - cos, "roles_swapped")
         change = tf.has_change_cue(new.text) and not tf.has_change_cue(old.text)
+        cue_new = tf.has_change_cue(new.text)
         additive = tf.has_additive_cue(new.text) and not tf.has_additive_cue(old.text)
+        fc = frame_cos if frame_cos is not None else -1.0
+        # Each side names a value the other lacks (another city, another tool): never one fact.
+        value_conflict = bool(vals_new - vals_old) and bool(vals_old - vals_new)
+        fo_ = tf.overlap(fn, fo)
+        frame_diff = max(len(fo_.only_new), len(fo_.only_old))  # slot words that differ, values masked
+        if tf.has_negation(new.text) != tf.has_negation(old.text) and cos >= self.polarity_cos and o.shared:
+            # Polarity flip on one topic: a reversal ("I drink coffee" -> "I don't drink coffee",
+            # "... anymore"), unless the negated side narrows it ("I never eat *raw* fish").
+            neg_side = o.only_new if tf.has_negation(new.text) else o.only_old
+            if cue_new or not neg_side:
+                return v("replaces", max(cos, fc), "polarity_flip")
+            return v("unrelated", 1 - cos, "narrowed_negation")
+        if fc >= self.frame_same and not change and vals_new == vals_old:
+            return v("same", fc, "frame_same_values")
+        if (
+            fc >= self.frame_change
+            and (fc >= self.frame_change_loose or frame_diff <= 1)
+            and value_conflict
+            and tf.value_kind(vals_new) == tf.value_kind(vals_old)
+            and (cue_new or not (vals_new & vals_old))
+            and subj_new == subj_old
+            and not additive
+            and not (tf.is_event(new.text) and tf.is_event(old.text) and not change)
+        ):
+            return v("replaces", fc, "frame_value_change")
+        if o.literal_conflict and not cue_new:
+            return v("unrelated", 1 - cos, "different_literal")
         if additive and not change:
             return v("unrelated", 1 - cos, "additive_cue")
-        if not change:
+        if not change and not value_conflict:
             if cos >= self.same_cos:
                 return v("same", cos, "paraphrase")
             shorter_left = o.only_old if o.old_len <= o.new_len else o.only_new
@@ -206,9 +256,20 @@ def set_default_judge(judge: Judge | None) -> None:
     _DEFAULT = judge
 
 
+def _packaged_embedder() -> Embedder | None:
+    """The process's shared MiniLM model (the one that embedded the memories), for frame embeddings.
+
+    Imported lazily so this module stays importable, and usable from stored vectors alone, without it."""
+    try:
+        from dreamstream.streams.embedding import shared_embedder
+    except ImportError:  # pragma: no cover - the package always ships it
+        return None
+    return shared_embedder()
+
+
 def decide(new: Memory, candidates: Sequence[Memory]) -> list[Decision]:
     """The pipeline entry point: decisions for `new` against the user's active `candidates`."""
     global _DEFAULT
     if _DEFAULT is None:
-        _DEFAULT = OfflineJudge()
+        _DEFAULT = OfflineJudge(embedder=_packaged_embedder())
     return decide_with(_DEFAULT, new, candidates)

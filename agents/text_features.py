@@ -39,7 +39,7 @@ _CHANGE = re.compile(
     r"\b(now|nowadays|these days|no longer|not anymore|any ?more|moved|moving|move|relocat\w*|switch\w*|"
     r"changed?|changing|replac\w*|instead|new|newly|started|starting|since|as of|from now on|"
     r"left|leaving|quit|sold|migrat\w*|became|become|ended|former(ly)?|previously|used to|gave up|"
-    r"stopped|upgraded|downgraded|finally|went from|transferred|took a job|joined|converted|"
+    r"stop|stopped|upgraded|downgraded|finally|went from|transferred|took a job|joined|converted|"
     r"dropped|ditched|retired|took over|going forward|any longer|rewrote|rewritten|ported)\b"
 )
 # Generic markers that a statement adds one more value to a multi-valued fact.
@@ -119,9 +119,22 @@ def has_additive_cue(text: str) -> bool:
     return _ADDITIVE.search(text.lower()) is not None
 
 
+_POSSESSIVE = re.compile(r"(?:\b(?:my|our|his|her|their|your)|'s)\s+(?:\w+\s+)?$")
+
+
 def third_parties(text: str) -> frozenset[str]:
-    """Relation nouns (friend, sister, flatmate, ...): the fact may be about someone else."""
-    return frozenset(m.group(1) for m in _THIRD_PARTY.finditer(text.lower()))
+    """Relation nouns in the first clause, owned by someone ("my sister", "the user's friend Ana"):
+    the fact is about that person. A later clause ("...; my mother is from Utrecht") only adds context."""
+    low = text.lower().replace("\u2019", "'")
+    head = re.split(r"[;:(]| - |, (?:and|but|so|because)\b", low, maxsplit=1)[0]
+    out = set()
+    for m in _THIRD_PARTY.finditer(head):
+        before = head[: m.start()]
+        after = head[m.end() :].split()
+        verb_next = bool(after) and (after[0] in _SUBJ_VERB or (after[0].endswith("s") and not after[0].endswith("ss")))
+        if _POSSESSIVE.search(before) or (not before.strip() and verb_next):
+            out.add(m.group(1))
+    return frozenset(out)
 
 
 def episode_words(text: str) -> frozenset[str]:
@@ -212,3 +225,90 @@ def overlap(new_text: str, old_text: str) -> Overlap:
 def completeness(text: str) -> int:
     """How much a statement says: its distinct content stems plus its numbers."""
     return len(content(text)) + len(numbers(text))
+
+
+# --- frames: the statement with its values masked ------------------------------------------------
+_TOKEN = re.compile(r"`[^`]+`|\w[\w+#@.\-/'’]*[\w+#]|\w|[;:,()]")
+_SUBJECT_LEAD = re.compile(
+    r"^(?:the user's|the user|user's|user|i'm|i am|i've|i'd|i|my|we're|we've|we|our)\b\s*", re.IGNORECASE
+)
+# Third-person verb forms that follow a name used as the subject ("Ruth was raised ...").
+_SUBJ_VERB = _wordset("is was has had does doesn't isn't wasn't can can't will would should never always also just")
+_CLAUSE_START = frozenset((";", ":", "(", ","))
+
+
+def _is_value(tok: str, first: bool) -> bool:
+    """Literal values: identifiers, numbers, code spans and proper nouns (not a sentence's first word)."""
+    if tok.startswith("`") or any(ch.isdigit() for ch in tok):
+        return True
+    if any(ch in tok for ch in "._/@#+") and len(tok) > 2:
+        return True
+    if any(ch.isupper() for ch in tok[1:]):
+        return True  # camel-case names: iPhone, GitFlow
+    return not first and tok[:1].isupper() and tok.lower() not in STOPWORDS and tok != "I"
+
+
+@lru_cache(maxsize=65536)
+def frame(text: str) -> tuple[str, frozenset[str], str]:
+    """The statement's frame (subject normalised to "user", literal values replaced by "X") and its values.
+
+    Two statements with one frame and different values state one slot with another value
+    ("I work at Acme" / "Ruth works at Globex"); with equal values, the same fact. The third item
+    is a name used as the subject ("" for I / User / none): the user's own name or someone else's.
+    """
+    subject = ""
+    body = _SUBJECT_LEAD.sub("", text.strip().replace("\u2019", "'"))
+    toks = _TOKEN.findall(body)
+    out: list[str] = ["user"]
+    values: list[str] = []
+    run: list[str] = []
+    first = True
+    for i, tok in enumerate(toks):
+        nxt = toks[i + 1] if i + 1 < len(toks) else ""
+        verb_next = nxt.lower() in _SUBJ_VERB or (nxt.islower() and nxt.endswith("s") and not nxt.endswith("ss"))
+        if (
+            first
+            and not out[1:]
+            and tok[:1].isupper()
+            and tok != "I"
+            and (verb_next or tok.endswith("'s"))
+            and not _THIRD_PARTY.fullmatch(tok.lower().removesuffix("'s"))
+        ):
+            first = False
+            subject = tok.lower().removesuffix("'s")  # a name as the subject: the same slot as "I" / "User"
+            continue
+        if _is_value(tok, first) or (run and tok[:1].isupper()):
+            run.append(tok.strip("`"))
+        else:
+            if run:
+                values.append(" ".join(run).lower())
+                out.append("X")
+                run = []
+            if tok not in _CLAUSE_START:
+                out.append(tok.lower())
+        first = tok == ";"  # after "Car:" or "," a capitalised word is a value, after ";" a new sentence
+    if run:
+        values.append(" ".join(run).lower())
+        out.append("X")
+    return " ".join(out), frozenset(values), subject
+
+
+_PAST = re.compile(
+    r"^(?:\w+ ){0,2}?(?:\w+ed|went|ran|had|got|took|made|met|saw|flew|drove|bought|sold|did|gave|came|"
+    r"released|shipped|deployed)\b"
+)
+
+
+def is_event(text: str) -> bool:
+    """A past occurrence ("Deployed v2.3 to staging.", "Ran 10 km."), not a standing fact: two such
+    statements with other values are two events, not a changed value."""
+    body = _SUBJECT_LEAD.sub("", text.strip().lower())
+    return _PAST.match(body) is not None and not has_change_cue(text)
+
+
+def value_kind(values: frozenset[str]) -> str:
+    """"num" when every value is numeric (dates, amounts, versions), "name" otherwise: a changed
+    value keeps its kind, so "8:30" never replaces "Greenleaf Foods"."""
+    if values and all(any(ch.isdigit() for ch in v) for v in values):
+        return "num"
+    return "name"

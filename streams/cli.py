@@ -63,9 +63,10 @@ def print_rows(rows: list[dict[str, Any]], as_json: bool) -> None:
 async def replay(self: AppCommand, file: Path, store_dir: str | None, dead_path: Path | None,
                  batch_size: int, synthesis: bool) -> None:
     """Push a JSONL file of events through the agents in process, no broker, into the store."""
-    from dreamstream.streams.replay import replay_file
+    from dreamstream.streams.replay import ReplaySummary, replay_file
 
     store = open_configured_store(store_dir)
+    summary: ReplaySummary
     try:
         if synthesis:
             from dreamstream.streams import cli_synthesis

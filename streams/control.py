@@ -10,6 +10,7 @@ restarts. Malformed or unauthorised commands get a `rejected` reply and a dead-l
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import os
 from typing import Any
@@ -112,7 +113,7 @@ def erase_user(proc: Any, user: str, cmd: Command) -> dict[str, Any]:
 async def consolidate(cmd: Command, proc: Any) -> dict[str, Any]:
     """Consolidation now (dry-run: a plan to approve by id; auto: applied), approve and reject."""
     try:
-        from dreamstream.streams import consolidate_runner as cr
+        cr = importlib.import_module("dreamstream.streams.consolidate_runner")
     except ImportError as exc:  # pragma: no cover
         raise CommandFailed("consolidation is not available in this build") from exc
     handler = getattr(cr, "control", None)
@@ -195,7 +196,7 @@ async def control(stream: faust.StreamT) -> None:
 
 def _observe(command: str, outcome: str) -> None:
     try:
-        from dreamstream.streams import metrics
+        metrics = importlib.import_module("dreamstream.streams.metrics")
     except ImportError:
         return
     hook = getattr(metrics, "control_command", None)

@@ -227,8 +227,14 @@ def _run(
             record.patterns_updated += 1
         record.events.append(pattern_event(theme, now, project_id))
     found = set(record.pattern_ids)
-    record.retired = sorted(p.memory_id for p in patterns if p.memory_id not in found and p.status == "active"
-                            and p.user_id == user_id and p.metadata.get("source") == SOURCE)
+    standing = {m.memory_id for m in evidence}
+    # Additive: a pattern this run did not reproduce stays while its evidence stands (clustering may
+    # simply have drawn the lines elsewhere this time); it is retired once fewer than a theme's worth
+    # of its sources are still eligible (superseded, merged, or the boundary moved past them).
+    record.retired = sorted(
+        p.memory_id for p in patterns
+        if p.memory_id not in found and p.status == "active" and p.user_id == user_id
+        and p.metadata.get("source") == SOURCE and len(standing & set(p.sources)) < syn.MIN_THEME_SIZE)
     record.patterns_retired = len(record.retired)
     record.ran = True
     record.memories_considered = len(evidence)

@@ -20,6 +20,7 @@ Which projects have synthesis on is a global table written by the ops control ag
 
 from __future__ import annotations
 
+import importlib
 import logging
 import time
 from datetime import timedelta
@@ -121,8 +122,10 @@ def recent_eligible(user: str, days: int) -> int:
     """Eligible memories of the last `days` daily windows (those not yet expired)."""
     # WindowWrapper.delta() wants a current event (it raises in a timer); read the windows by their ranges.
     table = eligible_window.table
+    window = table.window
+    assert window is not None  # the table is built windowed (tumbling, daily)
     now = time.time()
-    ranges = {r for back in range(max(1, days)) for r in table.window.ranges(now - back * 86400)}
+    ranges = {r for back in range(max(1, days)) for r in window.ranges(now - back * 86400)}
     return sum(int(table[(user, r)]) for r in ranges)
 
 
@@ -216,7 +219,7 @@ async def tick(now: str | None = None) -> list[runner.RunRecord]:
 def _observe(record: runner.RunRecord) -> None:
     """Prometheus figures, when the metrics module is there."""
     try:
-        from dreamstream.streams import metrics
+        metrics = importlib.import_module("dreamstream.streams.metrics")
     except ImportError:
         return
     hook = getattr(metrics, "synthesis_run", None)

@@ -156,3 +156,32 @@ def test_nli_load_by_missing_path_fails_loudly() -> None:
 
     with pytest.raises(Exception):  # noqa: B017 - whatever sentence-transformers raises
         NLIJudge.from_path("/nonexistent/nli-model")
+
+
+def test_subaru_sold_for_tesla_supersedes_directly(mem: Callable[..., Memory]) -> None:
+    car, new = mem("User drives a Subaru Outback."), mem("I sold the Subaru and bought a Tesla Model 3.")
+    [d] = ms.decide(new, [car])
+    assert d.action == "supersede" and d.targets == (car.memory_id,)
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("Flew from Madrid to Oslo.", "Flew from Oslo to Madrid."),
+        ("I drink coffee.", "I never drink coffee after 3pm."),
+        ("I live in Edinburgh.", "My brother lives in Glasgow."),
+    ],
+)
+def test_hard_negatives_stay_unlinked(mem: Callable[..., Memory], first: str, second: str) -> None:
+    """The trip back, a narrowing negation and another person's slot are not the same fact."""
+    a, b = mem(first), mem(second)
+    assert ms.decide(b, [a]) == []
+
+
+def test_frame_masks_values_and_normalises_subject() -> None:
+    from dreamstream.agents import text_features as tf
+
+    f1, v1, s1 = tf.frame("I work at Acme Corp.")
+    f2, v2, s2 = tf.frame("Ruth works at Globex.")
+    assert v1 == {"acme corp"} and v2 == {"globex"} and s1 == "" and s2 == "ruth"
+    assert f1.startswith("user") and "X" in f1 and "X" in f2
