@@ -16,9 +16,11 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# kcat (an independent Kafka client the integration tests produce with); Java and Maven run the broker.
+# kcat (an independent Kafka client the integration tests produce with) and prometheus (the dashboard
+# test scrapes a worker with it); Java and Maven run the broker.
 system-deps:
 	@command -v kcat >/dev/null || { (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat) >/dev/null || echo "warning: kcat could not be installed; its tests will be skipped"; }
+	@command -v prometheus >/dev/null || { (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus) >/dev/null || echo "warning: prometheus could not be installed; the dashboard test will be skipped"; }
 
 kafka-start:
 	deploy/kafka/kafka.sh start

@@ -1,7 +1,7 @@
 """The JSON Schema contracts of every topic, loaded from the package (schemas/json/*.schema.json).
 
 `validate(name, obj)` raises `jsonschema.ValidationError` on the first problem. Names are the
-event types: memory.added, pattern.added, memory.status, dead_letter, synthesis.run, dream.control,
+event types: memory.added, pattern.added, memory.status, memory.accessed, dead_letter, synthesis.run, dream.control,
 dream.control.reply.
 """
 
@@ -14,8 +14,8 @@ from typing import Any
 
 import jsonschema
 
-SCHEMA_NAMES = ("memory.added", "pattern.added", "memory.status", "dead_letter", "synthesis.run", "dream.control",
-                "dream.control.reply")
+SCHEMA_NAMES = ("memory.added", "pattern.added", "memory.status", "memory.accessed", "dead_letter", "synthesis.run",
+                "dream.control", "dream.control.reply")
 
 
 def schema_file(name: str) -> str:

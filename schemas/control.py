@@ -29,6 +29,9 @@ COMMANDS: dict[str, dict[str, type | tuple[type, ...]]] = {
     "consolidate.run": {"user": str},
     "consolidate.approve": {"plan_id": str},
     "consolidate.reject": {"plan_id": str},
+    "consolidate.schedule": {"user": str, "schedule": str},
+    "schedule.list": {},
+    "schedule.remove": {"schedule_id": str},
     "undo": {"decision_id": str},
     "reprocess": {"user": str},
     "erase": {"user": str},
@@ -40,6 +43,7 @@ OPTIONAL: dict[str, dict[str, type | tuple[type, ...]]] = {
     "synthesis.enable": {"project": (str, type(None)), "boundary": (str, type(None))},
     "synthesis.disable": {"project": (str, type(None))},
     "consolidate.run": {"app": (str, type(None)), "mode": str},
+    "consolidate.schedule": {"app": (str, type(None))},
 }
 REASONS = ("oversize", "undecodable", "invalid_json", "not_an_object", "unknown_type", "missing_field", "bad_field",
            "unknown_command", "unauthorised", "id_reused")
@@ -95,6 +99,13 @@ def parse_command(raw: bytes | str | dict[str, Any], token: str | None = None) -
             raise InvalidCommand("bad_field", f"args.{key} has the wrong type", cid)
     if name == "consolidate.run" and args.get("mode", "dry_run") not in ("dry_run", "auto"):
         raise InvalidCommand("bad_field", "args.mode is dry_run or auto", cid)
+    if name == "consolidate.schedule":
+        from dreamstream.agents.consolidation import parse_schedule
+
+        try:
+            parse_schedule(args["schedule"])
+        except ValueError as exc:
+            raise InvalidCommand("bad_field", str(exc), cid) from exc
     if name == "retention.set":
         for mtype, days in args["policies"].items():
             if days is not None and (not isinstance(days, int) or isinstance(days, bool) or days < 0):

@@ -74,6 +74,12 @@ class Memory:
     decision_ids: list[str] = field(default_factory=list)
     decisions: list[dict[str, Any]] = field(default_factory=list)
     conflicts: list[dict[str, Any]] = field(default_factory=list)
+    access: dict[str, Any] = field(default_factory=dict)
+    """Reads of it: last (ISO time), count, stability (days), pending (access times and co-read ids not
+    yet folded in by light consolidation)."""
+    links: dict[str, float] = field(default_factory=dict)
+    """Co-access weights to other memories of the user (Hebbian; kept by light consolidation)."""
+    cluster: int | None = None
     vector: np.ndarray | None = None
 
     @property
@@ -113,6 +119,9 @@ class Memory:
             "decision_ids": list(self.decision_ids),
             "decisions": list(self.decisions),
             "conflicts": list(self.conflicts),
+            "access": dict(self.access),
+            "links": dict(self.links),
+            "cluster": self.cluster,
         }
 
     @classmethod
@@ -139,6 +148,9 @@ class Memory:
             decision_ids=list(payload.get("decision_ids") or []),
             decisions=list(payload.get("decisions") or []),
             conflicts=list(payload.get("conflicts") or []),
+            access=dict(payload.get("access") or {}),
+            links={str(k): float(v) for k, v in (payload.get("links") or {}).items()},
+            cluster=payload.get("cluster"),
             vector=None if vector is None else np.asarray(vector, dtype=np.float32),
         )
 

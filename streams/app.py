@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -26,6 +27,7 @@ settings = settings_mod.load()
 app = faust.App(
     settings.app_id,
     broker=settings.broker_url,
+    broker_credentials=settings.kafka.faust_credentials(),  # SASL / TLS from DREAM_KAFKA_* (see settings)
     store="memory://",
     datadir=settings.data_dir,
     key_serializer="raw",
@@ -59,7 +61,7 @@ def _build_processor() -> Processor:
     from dreamstream.streams.embedding import shared_embedder
     from dreamstream.streams.store import open_store
 
-    store = open_store(settings.store_dir, settings.qdrant_url, settings.qdrant_api_key)
+    store = _metrics.TimedStore(open_store(settings.store_dir, settings.qdrant_url, settings.qdrant_api_key))
     _runtime["store"] = store
     return Processor(store, shared_embedder())
 
@@ -95,7 +97,9 @@ async def ingest(stream: faust.StreamT) -> None:
             Incoming(raw=e.value, topic=e.message.topic, partition=e.message.partition, offset=e.message.offset)
             for e in events
         ]
+        started = time.perf_counter()
         result = await on_store_thread(proc.process, items)
+        _metrics.observe_batch(result, time.perf_counter() - started)
         await publish(result)
         if result.dead_letters:
             log.warning("batch of %d: %d dead letters", len(items), len(result.dead_letters))
@@ -145,6 +149,10 @@ async def memories_view(web: Any, request: Any) -> Any:
     text = query.get("q")
     if text:
         rows = await on_store_thread(reads.search, proc.store, proc.embed, user, text, mode, limit)
+        if rows:  # a search is a recall: it feeds decay and co-access (streams/consolidate_worker.py)
+            from dreamstream.streams.consolidate_worker import access_event, accessed_topic
+
+            await accessed_topic.send(key=user.encode(), value=access_event(user, [r["memory_id"] for r in rows]))
     else:
         rows = await on_store_thread(reads.get, proc.store, user, mode)
     return aioweb.Response(body=orjson.dumps({"user": user, "mode": mode, "memories": rows}),
@@ -156,5 +164,7 @@ def _flag(value: str | None) -> bool:
 
 
 # Agents and timers that build on the ingest path (imported last: they use the names above).
+from dreamstream.streams import consolidate_worker as _consolidate_worker  # noqa: E402,F401
 from dreamstream.streams import control as _control  # noqa: E402,F401
+from dreamstream.streams import metrics as _metrics  # noqa: E402  (GET /metrics, the lag timer)
 from dreamstream.streams import synthesis_worker as _synthesis_worker  # noqa: E402,F401

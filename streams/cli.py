@@ -117,7 +117,12 @@ async def search(self: AppCommand, text: str, store_dir: str | None, user: str, 
 
     store = open_configured_store(store_dir)
     mode = reads.mode_from_flags(latest_only, include_merged)
-    print_rows(reads.search(store, shared_embedder(), user, text, mode, limit), as_json)
+    rows = reads.search(store, shared_embedder(), user, text, mode, limit)
+    print_rows(rows, as_json)
+    if rows:  # a search is a recall: it feeds decay and co-access (dream consolidate --light)
+        from dreamstream.streams.consolidate_runner import record_access
+
+        record_access(store, [r["memory_id"] for r in rows])
     store.close()
 
 
@@ -138,11 +143,25 @@ async def undo(self: AppCommand, decision_id: str, store_dir: str | None) -> Non
     store.close()
 
 
+SCOPED_COMMANDS = ("consolidate",)
+"""Dream commands whose `--app A` names a memory scope, not Faust's global `--app` (the app module)."""
+
+
+def _scope_app_flag(argv: list[str]) -> list[str]:
+    """Faust scans the whole command line for `--app` and imports it as a module; spell ours
+    --only-app (Faust matches any flag that starts with --app)."""
+    if len(argv) < 2 or argv[1] not in SCOPED_COMMANDS:
+        return argv
+    return [("--only-app" if a == "--app" else "--only-app=" + a[6:] if a.startswith("--app=") else a) for a in argv]
+
+
 def main() -> None:
+    sys.argv[:] = _scope_app_flag(sys.argv)  # in place: faust bound the list object as a default
     if len(sys.argv) > 1 and sys.argv[1] == "worker":
         from dreamstream.streams.topics import ensure_topics_sync
 
         ensure_topics_sync(settings)
     app.main()
+from dreamstream.streams import cli_consolidate as _cli_consolidate  # noqa: E402,F401
 from dreamstream.streams import cli_control as _cli_control  # noqa: E402,F401
 from dreamstream.streams import cli_synthesis as _cli_synthesis  # noqa: E402,F401

@@ -77,6 +77,13 @@ async def handle(cmd: Command) -> dict[str, Any]:
         return {"paused": settings_table.get("paused")}
     if cmd.command == "settings.show":
         return current_settings()
+    if cmd.command in ("consolidate.schedule", "schedule.list", "schedule.remove"):
+        from dreamstream.streams.consolidate_worker import schedule_command
+
+        try:
+            return schedule_command(cmd.command, args)
+        except (KeyError, ValueError) as exc:
+            raise CommandFailed(str(exc).strip("'\"")) from exc
     proc = await processor()
     if cmd.command == "undo":
         try:

@@ -33,7 +33,8 @@ class WorkerProcess:
     def __init__(self, kafka: str, name: str, workdir: Path, extra_env: dict[str, str] | None = None) -> None:
         self.kafka = kafka
         self.port = free_port()
-        self.topics = {k: f"{k}-{name}" for k in ("added", "status", "patterns", "dead", "runs", "control", "replies")}
+        self.topics = {k: f"{k}-{name}" for k in ("added", "status", "patterns", "dead", "runs", "control", "replies",
+                                                     "accessed")}
         workdir.mkdir(parents=True, exist_ok=True)
         self.store_dir = workdir / "store"
         self.env = {
@@ -47,6 +48,7 @@ class WorkerProcess:
             "DREAM_TOPIC_SYNTHESIS_RUNS": self.topics["runs"],
             "DREAM_TOPIC_CONTROL": self.topics["control"],
             "DREAM_TOPIC_CONTROL_REPLIES": self.topics["replies"],
+            "DREAM_TOPIC_MEMORY_ACCESSED": self.topics["accessed"],
             "DREAM_STORE": str(self.store_dir),
             "DREAM_DATA_DIR": str(workdir / "faust"),
             "DREAM_HTTP_PORT": str(self.port),

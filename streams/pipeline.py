@@ -294,6 +294,12 @@ class Processor:
         if record.get("undone"):
             raise ValueError(f"decision {decision_id} was already undone")
         action, new_id = record["action"], record["new_id"]
+        if action == "consolidate":  # a whole consolidation pass (streams/consolidate_runner.py)
+            from dreamstream.streams.consolidate_runner import undo_pass
+
+            reverted = undo_pass(self.store, record, decision_id)
+            self._mark_undone(owner.memory_id, decision_id)
+            return reverted
         events: list[dict[str, Any]] = []
         evidence = {"undo_of": decision_id, "original": record.get("evidence", {})}
         members = self.store.retrieve([new_id, *record["targets"]])
@@ -325,13 +331,16 @@ class Processor:
                 events.append(status_event(decision_id, tid, t.user_id, current, before, None, "undo", evidence,
                                            undo=True))
             restore(new, {back: [x for x in getattr(new, back) if x not in record["targets"]]})
-        owner = self.store.retrieve([owner.memory_id])[owner.memory_id]
+        self._mark_undone(owner.memory_id, decision_id)
+        return events
+
+    def _mark_undone(self, owner_id: str, decision_id: str) -> None:
+        owner = self.store.retrieve([owner_id])[owner_id]
         for rec in owner.decisions:
             if rec.get("decision_id") == decision_id:
                 rec["undone"] = True
                 rec["undone_at"] = now_iso()
-        self.store.update(owner.memory_id, {"decisions": owner.decisions})
-        return events
+        self.store.update(owner_id, {"decisions": owner.decisions})
 
     def reprocess_user(self, user_id: str, backup_dir: str | None = None) -> BatchResult:
         """Re-derives one user's statuses and links from scratch, in created_at order (after a judge changed).

@@ -50,6 +50,9 @@ def label(memory: Memory) -> str:
 def row(memory: Memory, score: float | None = None) -> dict[str, Any]:
     out = memory.export_row()
     out["label"] = label(memory)
+    if memory.access:
+        out["access_count"] = int(memory.access.get("count", 0))
+        out["last_accessed_at"] = memory.access.get("last")
     if score is not None:
         out["score"] = round(score, 4)
     return out
@@ -68,5 +71,17 @@ def search(
     mode: str = "default",
     limit: int = 10,
 ) -> list[dict[str, Any]]:
+    """Ranked by relevance times a retrievability factor (decay biases ranking, it never hides a
+    memory: the factor has a floor); each row keeps its raw `relevance` beside the ranked `score`."""
+    from dreamstream.agents.consolidation import memory_rank_factor, now_utc
+
     vector = embed([text])[0]
-    return [row(m, s) for m, s in store.nearest(vector, _where(user_id, mode), limit)]
+    now = now_utc()
+    hits = store.nearest(vector, _where(user_id, mode), max(limit * 3, limit + 10))
+    ranked = sorted(((m, s, s * memory_rank_factor(m, now)) for m, s in hits), key=lambda x: -x[2])[:limit]
+    rows = []
+    for m, relevance, score in ranked:
+        r = row(m, score)
+        r["relevance"] = round(relevance, 4)
+        rows.append(r)
+    return rows

@@ -176,6 +176,14 @@ class EdgeStore:
         """Builds the HNSW index (edge builds it only on request) and compacts segments."""
         self.shard.optimize()
 
+    def rebuild_indexes(self) -> None:
+        """Drops and recreates the payload indexes, then optimises (full consolidation's last step)."""
+        qe = self._qe
+        for name in INDEXED_FIELDS:
+            self.shard.update(qe.UpdateOperation.delete_field_index(name))
+            self.shard.update(qe.UpdateOperation.create_field_index(name, qe.PayloadSchemaType.Keyword))
+        self.shard.optimize()
+
     def close(self) -> None:
         self.shard.flush()
         self.shard.close()
@@ -196,6 +204,7 @@ class ServerStore:
         self._m = models
         self.collection = collection
         self.client = QdrantClient(location=location) if location else QdrantClient(url=url, api_key=api_key)
+        self.local = bool(location)
         if not self.client.collection_exists(collection):
             self.client.create_collection(
                 collection, vectors_config=models.VectorParams(size=VECTOR_SIZE, distance=models.Distance.COSINE)
@@ -277,6 +286,15 @@ class ServerStore:
 
     def optimize(self) -> None:
         """The server optimises in the background."""
+
+    def rebuild_indexes(self) -> None:
+        """Recreates the payload indexes (full consolidation); local mode keeps none."""
+        if self.local:
+            return
+        m = self._m
+        for name in INDEXED_FIELDS:
+            self.client.delete_payload_index(self.collection, name, wait=True)
+            self.client.create_payload_index(self.collection, name, m.PayloadSchemaType.KEYWORD, wait=True)
 
     def close(self) -> None:
         self.client.close()

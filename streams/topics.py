@@ -19,7 +19,7 @@ log = logging.getLogger("dreamstream.topics")
 def declared(settings: Settings) -> dict[str, int]:
     t = settings.topics
     out = {name: t.partitions for name in (t.memory_added, t.memory_status, t.patterns, t.dead_letters,
-                                           t.synthesis_runs)}
+                                           t.synthesis_runs, t.memory_accessed)}
     # Commands are few and must be applied in the order sent: one partition.
     out.update({t.control: 1, t.control_replies: 1})
     return out

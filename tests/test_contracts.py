@@ -166,7 +166,7 @@ def test_status_events_validate() -> None:
     ]
     for event in events:
         contracts.validate("memory.status", event)
-    assert not contracts.is_valid("memory.status", {**events[0], "to_status": "deleted"})
+    assert not contracts.is_valid("memory.status", {**events[0], "to_status": "forgotten"})
     assert not contracts.is_valid("memory.status", {k: v for k, v in events[0].items() if k != "at"})
 
 
@@ -194,7 +194,7 @@ def test_asyncapi_document() -> None:
     assert doc["asyncapi"] == "3.0.0"
     addresses = {ch["address"] for ch in doc["channels"].values()}
     assert addresses == {"memory.added", "memory.patterns", "memory.status", "memory.deadletter",
-                         "dream.synthesis.runs", "dream.control", "dream.control.replies"}
+                         "dream.synthesis.runs", "dream.control", "dream.control.replies", "memory.accessed"}
     messages = doc["components"]["messages"]
     seen = set()
     for channel in doc["channels"].values():
@@ -245,7 +245,8 @@ def test_control_commands_and_replies_validate() -> None:
 
     samples = {"retention.set": {"policies": {"session_state": 30, "scratch": None}}, "consolidate.run": {"user": "u"},
                "consolidate.approve": {"plan_id": "p"}, "consolidate.reject": {"plan_id": "p"},
-               "undo": {"decision_id": "d"}, "reprocess": {"user": "u"}, "erase": {"user": "u"}}
+               "undo": {"decision_id": "d"}, "reprocess": {"user": "u"}, "erase": {"user": "u"},
+               "consolidate.schedule": {"user": "u", "schedule": "weekly"}, "schedule.remove": {"schedule_id": "s"}}
     for name in COMMANDS:
         body = command(name, samples.get(name, {}))
         contracts.validate("dream.control", body)
@@ -256,6 +257,9 @@ def test_control_commands_and_replies_validate() -> None:
     with pytest.raises(InvalidCommand) as err:
         parse_command(orjson.dumps(bad))
     assert err.value.reason == "bad_field" and err.value.command_id == bad["id"]
+    with pytest.raises(InvalidCommand) as err:
+        parse_command(orjson.dumps(command("consolidate.schedule", {"user": "u", "schedule": "every full moon"})))
+    assert err.value.reason == "bad_field"
     with pytest.raises(InvalidCommand) as err:
         parse_command(orjson.dumps(command("undo")), token=None)
     assert err.value.reason == "missing_field"

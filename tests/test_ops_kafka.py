@@ -136,3 +136,42 @@ def test_worker_synthesises_on_its_timer_once_per_evidence(worker: WorkerProcess
     assert len(again) == len(pats)
     stored = [m for m in worker.read("user=syn-u&include_merged=1")["memories"] if m["kind"] == "pattern"]
     assert len(stored) == len(pats)
+
+
+def test_consolidation_over_the_control_topic_schedules_and_access(worker: WorkerProcess) -> None:
+    """A dry-run plan and its approval, a schedule registered, listed and removed with the CLI, and a
+    search through the worker recorded as an access (memory.accessed) of what it returned."""
+    from tests.helpers import event, line
+
+    worker.start()
+    texts = ["Use PostgreSQL for auth.", "Auth DB is PostgreSQL 15 on port 5432.",
+             "Was halfway through the login refactor."]
+    evs = [event(i + 1, "cx", t, day=i + 1, mtype="session_state" if i == 2 else "project_decision")
+           for i, t in enumerate(texts)]
+    asyncio.run(produce(worker.kafka, worker.topics["added"], [line(e) for e in evs]))
+    worker.wait_for(lambda s: s.get("memories") == 3, timeout=60)
+    rc, plan = dream_control(worker, "consolidate.run", "user=cx", "mode=dry_run")
+    assert rc == 0 and plan["details"]["mode"] == "dry_run", plan
+    assert plan["details"]["report"].startswith("## Dream — Memory Consolidation Report")
+    assert len(plan["details"]["prunes"]) == 1  # the year-old session_state memory (90-day policy)
+    rc, approved = dream_control(worker, "consolidate.approve", f"plan_id={plan['details']['plan_id']}")
+    assert rc == 0 and approved["details"]["pruned"] == 1
+    rc, again = dream_control(worker, "consolidate.approve", f"plan_id={plan['details']['plan_id']}")
+    assert rc == 1 and again["outcome"] == "error"  # a plan is applied once
+
+    dream = str(Path(sys.executable).with_name("dream"))
+    out = subprocess.run([dream, "consolidate", "--user", "cx", "--app", "proj", "--schedule", "weekly"],
+                         env=worker.env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "scheduled sched-" in out.stdout, out.stderr[-2000:]
+    sid = out.stdout.split()[1].rstrip(":")
+    listed = subprocess.run([dream, "schedule", "list"], env=worker.env, capture_output=True, text=True, timeout=120)
+    assert sid in listed.stdout and "weekly" in listed.stdout and "app=proj" in listed.stdout
+    subprocess.run([dream, "schedule", "remove", sid], env=worker.env, check=True, capture_output=True, timeout=120)
+    listed = subprocess.run([dream, "schedule", "list"], env=worker.env, capture_output=True, text=True, timeout=120)
+    assert sid not in listed.stdout and "(no schedules)" in listed.stdout
+
+    hits = worker.read("user=cx&q=which%20database%20for%20auth&limit=1")["memories"]
+    assert hits
+    wait(lambda: worker.read("user=cx&include_merged=1")["memories"] and any(
+        r.get("access_count") == 1 and r["memory_id"] == hits[0]["memory_id"]
+        for r in worker.read("user=cx&include_merged=1")["memories"]), timeout=60)

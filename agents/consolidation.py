@@ -1,0 +1,573 @@
+"""The consolidation pass and light/full consolidation: pure decision logic, no Kafka or Qdrant.
+
+`analyse` turns one scope's memories into a `Plan` (merge proposals, contradictions, prune
+candidates); `render_report` / `render_summary` / `auto_line` print it in the shape users script
+against. The decay, co-access and clustering functions are the maths of light and full
+consolidation. Everything here takes memories and returns values, so the CLI, the control topic,
+the worker's schedules and the tests all share it; streams/consolidate_runner.py does the I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dreamstream.agents import text_features as tf
+from dreamstream.schemas.memory import Memory
+
+log = logging.getLogger("dreamstream.consolidation")
+
+SOURCE = "dream-consolidate"
+"""metadata.source of the memories a pass writes (merged canonicals, reminders)."""
+
+Retention = dict[str, int | None]
+DEFAULT_RETENTION: Retention = {"session_state": 90, "compact_summary": 90}
+"""metadata.type -> days kept; a type not listed (or null) is never pruned for age."""
+
+LOW_CONFIDENCE = 0.3
+MERGE_COS = 0.75
+"""With most of one's words in the other, two memories of one type this close say one thing twice."""
+MERGE_CONTAINED = 0.6
+CONFLICT_COS = 0.55
+TRUNCATE = 120
+
+
+# --- retention ------------------------------------------------------------------------------------
+
+
+def parse_retention(obj: Any) -> Retention:
+    """A {type: days | null} mapping, checked; raises ValueError with what is wrong."""
+    if not isinstance(obj, Mapping):
+        raise ValueError("retention must map metadata.type to days or null")
+    out: Retention = {}
+    for key, days in obj.items():
+        if days is not None and (isinstance(days, bool) or not isinstance(days, int) or days < 0):
+            raise ValueError(f"retention for {key!r} must be a whole number of days (>= 0) or null")
+        out[str(key)] = days
+    return out
+
+
+def load_retention(path: str | Path | None) -> tuple[Retention, str | None]:
+    """The policies of a JSON file laid over the defaults, and a warning when it could not be used.
+
+    A missing or broken file must not stop a clean-up run: it falls back to the defaults, loudly.
+    """
+    if path is None:
+        return dict(DEFAULT_RETENTION), None
+    p = Path(path)
+    try:
+        loaded = parse_retention(json.loads(p.read_text(encoding="utf-8")))
+    except FileNotFoundError:
+        return dict(DEFAULT_RETENTION), f"retention file {p} not found; using the defaults"
+    except (OSError, ValueError) as exc:  # JSONDecodeError is a ValueError
+        return dict(DEFAULT_RETENTION), f"retention file {p} is unusable ({exc}); using the defaults"
+    return {**DEFAULT_RETENTION, **loaded}, None
+
+
+# --- the plan -------------------------------------------------------------------------------------
+
+
+@dataclass
+class MergeProposal:
+    a: Memory
+    b: Memory
+    merged_text: str
+    score: float
+
+
+@dataclass
+class Conflict:
+    a: Memory
+    b: Memory
+    likely: str
+    """"A" or "B": the more recent with the higher confidence (the older one only when surer)."""
+    score: float
+
+
+@dataclass
+class Prune:
+    memory: Memory
+    age_days: int
+    policy: str
+    """Why: "<days>d" for retention, "confidence <c> < 0.3" for a low-confidence generic memory."""
+
+
+@dataclass
+class Plan:
+    project: str
+    user_id: str
+    app_id: str | None
+    merges: list[MergeProposal] = field(default_factory=list)
+    conflicts: list[Conflict] = field(default_factory=list)
+    prunes: list[Prune] = field(default_factory=list)
+    considered: int = 0
+
+    @property
+    def empty(self) -> bool:
+        return not (self.merges or self.conflicts or self.prunes)
+
+    @property
+    def plan_id(self) -> str:
+        """Derived from what it proposes, so the same state yields the same plan id."""
+        parts = [f"m:{m.a.memory_id}+{m.b.memory_id}" for m in self.merges]
+        parts += [f"c:{c.a.memory_id}|{c.b.memory_id}" for c in self.conflicts]
+        parts += [f"p:{p.memory.memory_id}" for p in self.prunes]
+        digest = hashlib.sha256("\n".join([self.user_id, self.app_id or "", *parts]).encode()).hexdigest()
+        return f"plan-{digest[:16]}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plan as ids and texts (for a dry run's reply and its approval later)."""
+        return {
+            "plan_id": self.plan_id, "project": self.project, "user": self.user_id, "app": self.app_id,
+            "considered": self.considered,
+            "merges": [{"a": m.a.memory_id, "b": m.b.memory_id, "merged_text": m.merged_text,
+                        "score": round(m.score, 4)} for m in self.merges],
+            "conflicts": [{"a": c.a.memory_id, "b": c.b.memory_id, "likely": c.likely,
+                           "score": round(c.score, 4)} for c in self.conflicts],
+            "prunes": [{"memory": p.memory.memory_id, "type": p.memory.memory_type, "age_days": p.age_days,
+                        "policy": p.policy} for p in self.prunes],
+        }
+
+
+def parse_time(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def age_days(memory: Memory, now: datetime) -> int:
+    return max(0, (now - parse_time(memory.created_at)).days)
+
+
+_SPECIFIC = re.compile(
+    r"(?:[\w.-]*/[\w./-]+)"  # a path: src/auth.py, /etc/hosts
+    r"|(?:\b[\w-]+\.(?:py|js|ts|tsx|go|rs|java|rb|sql|ya?ml|json|toml|md|sh|c|h|cpp|css|html)\b)"  # a file
+    r"|(?:\b[a-z0-9-]+(?:\.[a-z0-9-]+)*\.(?:com|org|net|io|dev|ai|app|co|edu|gov)\b)"  # a domain
+    r"|(?:`[^`]+`)"  # code
+    r"|(?:\b[a-z]+[A-Z]\w*|\b[A-Z]{2,}[a-z]*\d*\b|\b\w+_\w+\b)"  # camelCase, ACRONYM, snake_case
+    r"|(?:\b[A-Za-z]+-?\d+[\w.-]*\b)"  # v2.3, JIRA-123
+)
+
+
+def is_specific(text: str) -> bool:
+    """Carries something particular to the project (a file path, an identifier, a domain name)."""
+    return _SPECIFIC.search(text) is not None
+
+
+def _eligible(memory: Memory) -> bool:
+    return memory.kind == "fact" and not memory.pinned and memory.status in ("active", "superseded")
+
+
+def _cos(a: Memory, b: Memory) -> float:
+    if a.vector is None or b.vector is None:
+        return 0.0
+    return float(np.dot(a.vector, b.vector))
+
+
+def near_duplicate(newer: Memory, older: Memory, cos: float) -> bool:
+    """The pass's wider net: one memory mostly restating the other, with detail added, and nothing
+    that makes them two facts (another value, a negation, someone else, another occasion). Ingest
+    leaves such pairs apart; the pass proposes one fuller text for a person to approve."""
+    if cos < MERGE_COS:
+        return False
+    o = tf.overlap(newer.text, older.text)
+    if max(o.old_in_new, o.new_in_old) < MERGE_CONTAINED or o.literal_conflict:
+        return False
+    return (tf.has_negation(newer.text) == tf.has_negation(older.text)
+            and tf.third_parties(newer.text) == tf.third_parties(older.text)
+            and tf.episode_words(newer.text) == tf.episode_words(older.text))
+
+
+def draft_merge(a: Memory, b: Memory) -> str:
+    """A merged text at least as complete as either, offline: the fuller text, plus what only the other says."""
+    full, other = (a, b) if tf.completeness(a.text) >= tf.completeness(b.text) else (b, a)
+    extra = [w for w in tf.content(other.text) if w not in set(tf.content(full.text))]
+    extra_nums = tf.numbers(other.text) - tf.numbers(full.text)
+    if not extra and not extra_nums:
+        return full.text.strip()
+    rest = other.text.strip().rstrip(".")
+    return f"{full.text.strip().rstrip('.')}; {rest[:1].lower() + rest[1:]}."
+
+
+Judge = Callable[[Memory, Memory], tuple[str, str]]
+"""(newer, older) -> (relation, rule): "same", "replaces" or "unrelated"."""
+
+
+def offline_judge() -> Judge:
+    """The ingest path's offline judge read pairwise (the same rules decide inline and here)."""
+    from dreamstream.agents.merge_supersede import OfflineJudge
+
+    judge = OfflineJudge()
+
+    def pair(newer: Memory, older: Memory) -> tuple[str, str]:
+        verdict = judge.judge_pair(newer, older, nearest=True)
+        return verdict.relation, verdict.rule
+
+    return pair
+
+
+def analyse(
+    memories: Iterable[Memory],
+    *,
+    project: str,
+    user_id: str,
+    app_id: str | None,
+    now: datetime,
+    retention: Mapping[str, int | None],
+    judge: Judge | None = None,
+) -> Plan:
+    """Merge proposals, contradictions and prune candidates of one scope, per metadata.type.
+
+    Pinned memories are never proposed for anything. Each memory takes part in one proposal at most
+    (merges first, then conflicts), so applying the plan never acts twice on one memory.
+    """
+    judge = judge or offline_judge()
+    pool = [m for m in memories if _eligible(m)]
+    plan = Plan(project=project, user_id=user_id, app_id=app_id, considered=len(pool))
+    used: set[str] = set()
+    by_type: dict[str, list[Memory]] = {}
+    for m in sorted(pool, key=lambda m: (m.created_at, m.memory_id)):
+        if m.status == "active":
+            by_type.setdefault(m.memory_type, []).append(m)
+    for mtype in sorted(by_type):
+        group = by_type[mtype]
+        pairs = sorted(
+            ((_cos(x, y), i, j) for i, x in enumerate(group) for j, y in enumerate(group) if i < j),
+            reverse=True,
+        )
+        for cos, i, j in pairs:
+            if cos < CONFLICT_COS:
+                break
+            older, newer = group[i], group[j]
+            if older.memory_id in used or newer.memory_id in used:
+                continue
+            relation, _rule = judge(newer, older)
+            if relation == "replaces":
+                likely = "A" if newer.confidence >= older.confidence else "B"
+                plan.conflicts.append(Conflict(a=newer, b=older, likely=likely, score=cos))
+            elif relation == "same" or near_duplicate(newer, older, cos):
+                plan.merges.append(MergeProposal(a=older, b=newer, merged_text=draft_merge(older, newer),
+                                                 score=cos))
+            else:
+                continue
+            used.update((older.memory_id, newer.memory_id))
+    for m in sorted(pool, key=lambda m: (m.created_at, m.memory_id)):
+        if m.memory_id in used:
+            continue
+        age = age_days(m, now)
+        days = retention.get(m.memory_type)
+        if days is not None and age > days:
+            plan.prunes.append(Prune(memory=m, age_days=age, policy=f"{days}d"))
+        elif m.confidence < LOW_CONFIDENCE and not is_specific(m.text):
+            plan.prunes.append(Prune(memory=m, age_days=age, policy=f"confidence {m.confidence:g} < {LOW_CONFIDENCE}"))
+    plan.conflicts.sort(key=lambda c: (c.a.created_at, c.a.memory_id))
+    return plan
+
+
+# --- the texts users read (and script against) ----------------------------------------------------
+
+
+def truncate(text: str, limit: int = TRUNCATE) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def no_memories(project: str) -> str:
+    return f"No memories found for project {project}. Nothing to consolidate."
+
+
+NOTHING = "Dream complete. No duplicate, contradictory, or stale memories found."
+
+
+def _day(memory: Memory) -> str:
+    return memory.created_at[:10]
+
+
+APPLY_PROMPT = "Apply? [Y/n]"
+
+
+def render_report(plan: Plan) -> str:
+    """The consolidation report, empty sections left out, ending with the Apply prompt's text."""
+    if plan.empty:
+        return NOTHING
+    out = ["## Dream — Memory Consolidation Report", ""]
+    if plan.merges:
+        out += [f"### Merge proposals ({len(plan.merges)} pairs)"]
+        for m in plan.merges:
+            out += [
+                f"MERGE [mem:{m.a.memory_id}] + [mem:{m.b.memory_id}] → NEW",
+                f'  - Original 1: "{truncate(m.a.text)}"',
+                f'  - Original 2: "{truncate(m.b.text)}"',
+                f'  - Merged:     "{m.merged_text}"',
+                "",
+            ]
+    if plan.conflicts:
+        out += [f"### Contradictions ({len(plan.conflicts)} pairs)"]
+        for c in plan.conflicts:
+            out += [
+                f"CONFLICT [mem:{c.a.memory_id}] vs [mem:{c.b.memory_id}]",
+                f'  - A: "{truncate(c.a.text)}" ({_day(c.a)}, confidence: {c.a.confidence:g})',
+                f'  - B: "{truncate(c.b.text)}" ({_day(c.b)}, confidence: {c.b.confidence:g})',
+                "  Which is current? [A/B/skip]",
+                "",
+            ]
+    if plan.prunes:
+        out += [f"### Prune candidates ({len(plan.prunes)} memories)"]
+        for p in plan.prunes:
+            out.append(f"PRUNE [mem:{p.memory.memory_id}] — {p.memory.memory_type}, {p.age_days}d old "
+                       f"(policy: {p.policy})")
+        out.append("")
+    out += [
+        "---",
+        f"Proposed: {len(plan.merges)} merges, {len(plan.prunes)} prunes, {len(plan.conflicts)} conflicts",
+        APPLY_PROMPT,
+    ]
+    return "\n".join(out)
+
+
+def report_without_prompt(plan: Plan) -> str:
+    """The report as a dry run and the control topic show it: nothing to answer."""
+    text = render_report(plan)
+    return text.removesuffix("\n" + APPLY_PROMPT)
+CANCELLED = "Cancelled. No changes made."
+
+
+def parse_choice(answer: str) -> str | None:
+    """A, B or None (skip): case-insensitive; empty or anything else skips."""
+    a = answer.strip().lower()
+    return "A" if a == "a" else "B" if a == "b" else None
+
+
+def parse_confirm(answer: str) -> bool:
+    return answer.strip().lower() not in ("n", "no")
+
+
+@dataclass
+class Outcome:
+    """What applying a plan did, for the summary and the JSON reply."""
+
+    merged_pairs: int = 0
+    new_memories: int = 0
+    pruned: int = 0
+    resolved: int = 0
+    skipped: int = 0
+    hard_delete: bool = False
+    decision_id: str | None = None
+    reminder_id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def render_summary(o: Outcome) -> str:
+    verb = "deleted" if o.hard_delete else "expired"
+    return "\n".join([
+        "Dream complete.",
+        f"  Merged:  {o.merged_pairs} pairs → {o.new_memories} new memories",
+        f"  Pruned:  {o.pruned} memories {verb}",
+        f"  Flagged: {o.resolved} contradictions resolved, {o.skipped} skipped",
+    ])
+
+
+def auto_line(project: str, o: Outcome) -> str:
+    return (f"[dream --auto] project={project}  merged={o.merged_pairs}  pruned={o.pruned}  "
+            f"conflicts_skipped={o.skipped}")
+
+
+def reminder_text(skipped: int, user_id: str, app_id: str | None) -> str:
+    scope = f"--user {user_id}" + (f" --app {app_id}" if app_id else "")
+    noun = "contradiction needs" if skipped == 1 else "contradictions need"
+    return (f"Dream: {skipped} {noun} review. Run `dream consolidate {scope}` to choose which memory is "
+            f"current for each.")
+
+
+# --- decay -------------------------------------------------------------------------------------------
+
+INITIAL_STABILITY = 3.0
+"""Days: a memory never read again keeps R above 0.5 for about ten days."""
+RANK_FLOOR = 0.5
+"""Decay biases ranking, never hides: the least retrievable memory keeps half its relevance."""
+
+
+def retrievability(t_days: float, stability: float) -> float:
+    """R(t, S) = (1 + 0.9 t / S) ^ -0.5: 1 right after an access, falling slower the more stable."""
+    return float((1.0 + 0.9 * max(0.0, t_days) / max(stability, 1e-6)) ** -0.5)
+
+
+def next_stability(stability: float, t_days: float) -> float:
+    """Stability after an access `t_days` after the previous one: a recall that was harder (lower R)
+    strengthens more, as in spaced repetition; every access grows S."""
+    r = retrievability(t_days, stability)
+    return stability * (1.0 + 2.0 * (1.0 - r)) + 1.0
+
+
+def rank_factor(t_days: float, stability: float, floor: float = RANK_FLOOR) -> float:
+    return floor + (1.0 - floor) * retrievability(t_days, stability)
+
+
+def replay_accesses(stability: float, last: str | None, times: Sequence[str]) -> tuple[float, str | None]:
+    """Folds pending access times into (stability, last access)."""
+    for at in sorted(times):
+        if last is not None:
+            gap = (parse_time(at) - parse_time(last)).total_seconds() / 86400.0
+            stability = next_stability(stability, gap)
+        last = at
+    return stability, last
+
+
+# --- co-access (Hebbian) -------------------------------------------------------------------------
+
+HEBB_RATE = 0.3
+LINK_DECAY = 0.9
+LINK_FLOOR = 0.1
+
+Links = dict[str, dict[str, float]]
+
+
+def strengthen(links: Links, groups: Iterable[Sequence[str]], rate: float = HEBB_RATE,
+               decay: float = LINK_DECAY) -> Links:
+    """Memories read together wire together: each co-accessed pair moves toward 1, the rest fade.
+
+    w <- w + rate (1 - w) for each read of the pair together in this period; w <- w * decay when
+    the period had none.
+    """
+    seen: Counter[tuple[str, str]] = Counter()
+    for g in groups:
+        ids = sorted(set(g))
+        seen.update((a, b) for i, a in enumerate(ids) for b in ids[i + 1:])
+    out: Links = {}
+    pairs = {(a, b) for a, nbrs in links.items() for b in nbrs if a < b} | set(seen)
+    for a, b in pairs:
+        w = max(links.get(a, {}).get(b, 0.0), links.get(b, {}).get(a, 0.0))
+        k = seen.get((a, b), 0)
+        w = 1.0 - (1.0 - w) * (1.0 - rate) ** k if k else w * decay
+        out.setdefault(a, {})[b] = w
+        out.setdefault(b, {})[a] = w
+    return out
+
+
+def normalise_fanout(links: Links) -> Links:
+    """Divides each weight by the root of both ends' total weight (when above 1), so a hub read
+    with everything does not outweigh a specific pair; weights below LINK_FLOOR are dropped."""
+    total = {a: sum(n.values()) for a, n in links.items()}
+    out: Links = {}
+    for a, nbrs in links.items():
+        for b, w in nbrs.items():
+            scaled = w / math.sqrt(max(1.0, total[a]) * max(1.0, total.get(b, 0.0)))
+            if scaled >= LINK_FLOOR:
+                out.setdefault(a, {})[b] = round(scaled, 6)
+    return out
+
+
+# --- clustering (full consolidation) -------------------------------------------------------------
+
+MIN_CLUSTER = 3
+SAMPLE_ABOVE = 5000
+
+
+def stratified_sample(strata: Sequence[str], size: int, seed: int = 0) -> np.ndarray:
+    """Indices of a sample of `size`, each stratum (e.g. metadata.type) in proportion, at least one each."""
+    rng = np.random.default_rng(seed)
+    labels = np.asarray(strata)
+    chosen: list[np.ndarray] = []
+    n = len(labels)
+    for value in sorted(set(strata)):
+        idx = np.flatnonzero(labels == value)
+        k = min(len(idx), max(1, round(size * len(idx) / n)))
+        chosen.append(rng.choice(idx, size=k, replace=False))
+    return np.sort(np.concatenate(chosen))
+
+
+def cluster(vectors: np.ndarray, strata: Sequence[str] | None = None, *, min_cluster_size: int = MIN_CLUSTER,
+            sample_above: int = SAMPLE_ABOVE, seed: int = 0) -> np.ndarray:
+    """HDBSCAN labels (-1 = noise) on cosine distance. Above `sample_above` rows a stratified sample
+    is clustered and every other row joins the cluster of its nearest sampled neighbour (HDBSCAN's
+    cost grows quadratically; the sample keeps a full pass within minutes)."""
+    from sklearn.cluster import HDBSCAN
+
+    n = len(vectors)
+    if n < min_cluster_size:
+        return np.full(n, -1, dtype=int)
+    x = np.asarray(vectors, dtype=np.float64)
+    x /= np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+
+    def hdbscan(rows: np.ndarray) -> np.ndarray:
+        model = HDBSCAN(min_cluster_size=min_cluster_size, metric="cosine", copy=True)
+        return np.asarray(model.fit_predict(rows), dtype=int)
+
+    if n <= sample_above:
+        return hdbscan(x)
+    idx = stratified_sample(strata or ["all"] * n, sample_above, seed)
+    sample_labels = hdbscan(x[idx])
+    labels = np.empty(n, dtype=int)
+    labels[idx] = sample_labels
+    rest = np.setdiff1d(np.arange(n), idx)
+    for start in range(0, len(rest), 2048):
+        chunk = rest[start:start + 2048]
+        nearest = np.argmax(x[chunk] @ x[idx].T, axis=1)
+        labels[chunk] = sample_labels[nearest]
+    return labels
+
+
+def now_utc() -> datetime:
+    return datetime.now(UTC)
+
+
+# --- schedules ----------------------------------------------------------------------------------
+
+NAMED_SCHEDULES = {"daily": ("0 3 * * *", 1), "weekly": ("0 3 * * 0", 1), "biweekly": ("0 3 * * 0", 2)}
+"""name -> (cron expression in the worker's local time, run every nth firing)."""
+
+
+def parse_schedule(spec: str) -> tuple[str, int]:
+    """weekly (Sunday 03:00 local), daily (03:00), biweekly (every other Sunday) or a 5-field cron
+    expression; raises ValueError for anything else."""
+    from croniter import croniter
+
+    key = spec.strip().lower()
+    if key in NAMED_SCHEDULES:
+        return NAMED_SCHEDULES[key]
+    if len(spec.split()) != 5 or not croniter.is_valid(spec):
+        raise ValueError(f"schedule must be daily, weekly, biweekly or a 5-field cron expression, not {spec!r}")
+    return spec.strip(), 1
+
+
+def schedule_id(user_id: str, app_id: str | None) -> str:
+    """One schedule per scope: registering again replaces it."""
+    return "sched-" + hashlib.sha256(f"{user_id}|{app_id or ''}".encode()).hexdigest()[:12]
+
+
+def schedule_fired(spec: str, last_fired: datetime | None, registered: datetime, now: datetime) -> bool:
+    """Whether a firing of `spec` came due in (the later of the last firing and the registration, now].
+
+    Checked by a once-a-minute worker timer, so a worker that was down catches up with one run
+    (never one run per missed firing)."""
+    from croniter import croniter
+
+    cron, _every = parse_schedule(spec)
+    base = max(x for x in (last_fired, registered) if x is not None)
+    return bool(croniter(cron, base).get_next(datetime) <= now)
+
+
+def runs_on_firing(spec: str, firing: int) -> bool:
+    """Firing number `firing` (0-based) runs the pass: every one, or every other one for biweekly."""
+    return firing % parse_schedule(spec)[1] == 0
+
+
+def memory_rank_factor(memory: Memory, now: datetime) -> float:
+    """The decay factor of one memory: days since its last read (or its creation) against its stability."""
+    last = memory.access.get("last") or memory.created_at
+    try:
+        t = (now - parse_time(str(last))).total_seconds() / 86400.0
+    except ValueError:
+        return 1.0
+    return rank_factor(t, float(memory.access.get("stability") or INITIAL_STABILITY))

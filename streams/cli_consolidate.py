@@ -1,0 +1,217 @@
+"""`dream consolidate`, `dream schedule`, `dream stats` and `dream provenance`.
+
+    dream consolidate --user U [--app A] [--auto | --dry-run] [--yes] [--hard-delete]
+    dream consolidate --user U [--app A] --schedule weekly|daily|biweekly|"<cron>"
+    dream consolidate --light | --full [--user U] [--dry-run]
+    dream schedule list | remove SCHEDULE_ID
+    dream stats
+    dream provenance MEMORY_ID
+
+The pass works on the store directly (embedded folder or QDRANT_URL); schedules live in the worker
+and are registered over the control topic, so those commands need a running worker.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+from faust.cli import AppCommand, argument, option
+
+from dreamstream.agents import consolidation as cons
+from dreamstream.streams import consolidate_runner as runner
+from dreamstream.streams.app import app, settings
+from dreamstream.streams.cli import open_configured_store, store_option
+
+
+def _ask(prompt: str) -> str | None:
+    """One answer from stdin (a terminal or a pipe); None at end of input."""
+    click.echo(prompt + " ", nl=False)
+    line = sys.stdin.readline()
+    if not line:
+        click.echo()
+        return None
+    return line.rstrip("\n")
+
+
+def _fetch_progress(store: Any, user: str, app_id: str | None) -> Any:
+    """A progress bar on stderr when it is a terminal (stdout keeps the exact report)."""
+    if not sys.stderr.isatty():
+        return None
+    total = store.count(runner.scope_where(user, app_id))
+    return click.progressbar(length=total, label="Fetching memories", file=sys.stderr)
+
+
+def interactive(plan: cons.Plan) -> tuple[dict[int, str | None], bool]:
+    """Prints the report, asking at each conflict and at the end; returns the choices and the go-ahead."""
+    choices: dict[int, str | None] = {}
+    conflict = 0
+    go = False
+    for line in cons.render_report(plan).split("\n"):
+        if line.strip() == "Which is current? [A/B/skip]":
+            answer = _ask(line)
+            choices[conflict] = cons.parse_choice(answer or "")
+            conflict += 1
+        elif line == cons.APPLY_PROMPT:
+            answer = _ask(line)
+            go = answer is not None and cons.parse_confirm(answer)  # end of input is not a yes
+        else:
+            click.echo(line)
+    return choices, go
+
+
+async def _send_async(name: str, args: dict[str, Any], timeout: float = 60.0) -> dict[str, Any]:
+    from dreamstream.schemas.control import command
+    from dreamstream.streams.cli_control import send_and_wait
+
+    reply = await send_and_wait(command(name, args, token=settings.control_token), timeout)
+    if reply is None:
+        raise click.ClickException(f"no reply to {name} within {timeout:.0f}s: is a worker running?")
+    if reply.get("outcome") != "ok":
+        raise click.ClickException(f"{name}: {reply.get('outcome')}: {reply.get('details')}")
+    details: dict[str, Any] = reply.get("details") or {}
+    return details
+
+
+@app.command(
+    option("--user", "user", default=None, help="Whose memories (required for a pass)."),
+    option("--app", "--only-app", "app_id", default=None, help="Only this app's (project's) memories."),
+    option("--auto", is_flag=True, default=False, help="Apply merges and prunes, skip conflicts, no prompts."),
+    option("--dry-run", is_flag=True, default=False, help="Print the report (or the JSON summary); change nothing."),
+    option("--yes", is_flag=True, default=False, help="Apply without the final Apply? prompt."),
+    option("--hard-delete", is_flag=True, default=False,
+           help="Delete pruned memories for good (privacy requests) instead of expiring them."),
+    option("--light", is_flag=True, default=False, help="Light consolidation: stability, co-access links."),
+    option("--full", is_flag=True, default=False, help="Full: light + clusters + in-cluster merges + index rebuild."),
+    option("--schedule", "schedule", default=None,
+           help='Register a recurring --auto run in the worker: weekly, daily, biweekly or "<cron>".'),
+    option("--retention", "retention_file", default=None,
+           help="JSON {type: days|null} over the defaults (default: $DREAM_RETENTION_FILE)."),
+    store_option,
+)
+async def consolidate(self: AppCommand, user: str | None, app_id: str | None, auto: bool, dry_run: bool,
+                      yes: bool, hard_delete: bool, light: bool, full: bool, schedule: str | None,
+                      retention_file: str | None, store_dir: str | None) -> None:
+    """The consolidation pass over one user's (or one app's) memories, with a report to approve."""
+    if light and full:
+        raise click.UsageError("--light and --full exclude each other")
+    if auto and dry_run:
+        raise click.UsageError("--auto and --dry-run exclude each other")
+    if light or full:
+        store = open_configured_store(store_dir)
+        try:
+            summary = runner.full(store, user, dry_run) if full else runner.light(store, user, dry_run)
+        finally:
+            store.close()
+        if not dry_run:
+            runner.note_run(store_dir or settings.store_dir, summary)
+        click.echo(json.dumps(summary, indent=2, sort_keys=True))
+        return
+    if not user:
+        raise click.UsageError("a consolidation pass needs --user")
+    if schedule:
+        try:
+            cons.parse_schedule(schedule)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--schedule") from exc
+        entry = await _send_async("consolidate.schedule", {"user": user, "app": app_id, "schedule": schedule})
+        click.echo(f"scheduled {entry['schedule_id']}: dream consolidate --user {user}"
+                   f"{' --app ' + app_id if app_id else ''} --auto, {schedule} ({entry['cron']}, worker local time)")
+        return
+    policies, warning = cons.load_retention(retention_file or settings.retention_file)
+    if warning:
+        click.echo(f"warning: {warning}", err=True)
+    store = open_configured_store(store_dir)
+    try:
+        bar = _fetch_progress(store, user, app_id)
+        if bar is not None:
+            with bar:
+                plan, found = runner.make_plan(store, user, app_id, policies, progress=bar.update)
+        else:
+            plan, found = runner.make_plan(store, user, app_id, policies)
+        if not found:
+            click.echo(cons.no_memories(plan.project))
+            return
+        if plan.empty:
+            click.echo(cons.NOTHING)
+            return
+        if dry_run:
+            click.echo(cons.report_without_prompt(plan))
+            click.echo("(dry run: no changes made)")
+            return
+        from dreamstream.streams.embedding import shared_embedder
+
+        if auto:
+            outcome, _events = runner.apply_plan(store, shared_embedder(), plan, hard_delete=hard_delete, reminder=True)
+            click.echo(cons.auto_line(plan.project, outcome))
+            if outcome.reminder_id:
+                click.echo(f"stored a reminder ({outcome.reminder_id}): {outcome.skipped} conflicts need review")
+        else:
+            if yes:
+                click.echo(cons.report_without_prompt(plan))
+                choices: dict[int, str | None] = {}
+                go = True
+            else:
+                if hard_delete and plan.prunes:
+                    click.echo(f"Note: --hard-delete deletes the {len(plan.prunes)} pruned memories for good.")
+                choices, go = interactive(plan)
+            if not go:
+                click.echo(cons.CANCELLED)
+                return
+            outcome, _events = runner.apply_plan(store, shared_embedder(), plan, choices, hard_delete=hard_delete)
+            click.echo(cons.render_summary(outcome))
+        if hard_delete and outcome.pruned:
+            click.echo(f"{outcome.pruned} memories were deleted permanently (--hard-delete); they cannot be restored.")
+        if outcome.decision_id and (outcome.merged_pairs or outcome.pruned or outcome.resolved or outcome.reminder_id):
+            click.echo(f"Undo this pass: dream undo {outcome.decision_id}")
+        runner.note_run(store_dir or settings.store_dir, {"type": "pass", "user": user, "app": app_id,
+                                                            **outcome.to_dict()})
+    finally:
+        store.close()
+
+
+@app.command(
+    argument("action", type=click.Choice(["list", "remove"])),
+    argument("schedule_id", required=False),
+)
+async def schedule(self: AppCommand, action: str, schedule_id: str | None) -> None:
+    """The worker's scheduled consolidation runs: list them, or remove one by id."""
+    if action == "list":
+        details = await _send_async("schedule.list", {})
+        rows = details.get("schedules") or []
+        if not rows:
+            click.echo("(no schedules)")
+        for e in rows:
+            last = (e.get("last_run") or {}).get("line") or "never ran"
+            click.echo(f"{e['schedule_id']}  user={e['user']}  app={e.get('app') or '-'}  {e['schedule']}"
+                       f"  ({e['cron']})  last: {last}")
+        return
+    if not schedule_id:
+        raise click.UsageError("schedule remove needs a SCHEDULE_ID (see dream schedule list)")
+    await _send_async("schedule.remove", {"schedule_id": schedule_id})
+    click.echo(f"removed {schedule_id}")
+
+
+@app.command(store_option)
+async def stats(self: AppCommand, store_dir: str | None) -> None:
+    """Counts by status, kind and type, and the last consolidation runs."""
+    store = open_configured_store(store_dir)
+    try:
+        click.echo(json.dumps(runner.stats(store, store_dir or settings.store_dir), indent=2, sort_keys=True))
+    finally:
+        store.close()
+
+
+@app.command(argument("memory_id"), store_option)
+async def provenance(self: AppCommand, memory_id: str, store_dir: str | None) -> None:
+    """What a memory merged, superseded or was synthesized from, with each decision's evidence."""
+    store = open_configured_store(store_dir)
+    try:
+        out = runner.provenance(store, memory_id)
+    except KeyError as exc:
+        raise click.ClickException(str(exc.args[0])) from exc
+    finally:
+        store.close()
+    click.echo(json.dumps(out, indent=2, sort_keys=True, default=str))
