@@ -13,6 +13,7 @@ and are registered over the control topic, so those commands need a running work
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from typing import Any
@@ -60,6 +61,36 @@ def interactive(plan: cons.Plan) -> tuple[dict[int, str | None], bool]:
         else:
             click.echo(line)
     return choices, go
+
+
+async def publish_events(events: list[dict[str, Any]], store_dir: str | None) -> str:
+    """The pass's `memory.status` events to Kafka; when no broker answers, to an outbox file beside
+    the store (never dropped), to be sent later (`kcat -P -t memory.status -l FILE`)."""
+    if not events:
+        return ""
+    import asyncio
+
+    import orjson
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, acks="all", request_timeout_ms=5000)
+    try:
+        await asyncio.wait_for(producer.start(), timeout=10)
+        for ev in events:
+            await producer.send_and_wait(settings.topics.memory_status, orjson.dumps(ev), key=ev["user_id"].encode())
+        return f"{len(events)} status events sent to {settings.topics.memory_status}"
+    except Exception:  # no broker: keep them
+        from pathlib import Path
+
+        outbox = Path(store_dir or settings.store_dir).parent / "status-outbox.jsonl"
+        outbox.parent.mkdir(parents=True, exist_ok=True)
+        with outbox.open("ab") as fh:
+            for ev in events:
+                fh.write(orjson.dumps(ev) + b"\n")
+        return f"no broker reachable: {len(events)} status events kept in {outbox}"
+    finally:
+        with contextlib.suppress(Exception):  # it may never have started
+            await producer.stop()
 
 
 async def _send_async(name: str, args: dict[str, Any], timeout: float = 60.0) -> dict[str, Any]:
@@ -144,7 +175,7 @@ async def consolidate(self: AppCommand, user: str | None, app_id: str | None, au
         from dreamstream.streams.embedding import shared_embedder
 
         if auto:
-            outcome, _events = runner.apply_plan(store, shared_embedder(), plan, hard_delete=hard_delete, reminder=True)
+            outcome, events = runner.apply_plan(store, shared_embedder(), plan, hard_delete=hard_delete, reminder=True)
             click.echo(cons.auto_line(plan.project, outcome))
             if outcome.reminder_id:
                 click.echo(f"stored a reminder ({outcome.reminder_id}): {outcome.skipped} conflicts need review")
@@ -160,12 +191,15 @@ async def consolidate(self: AppCommand, user: str | None, app_id: str | None, au
             if not go:
                 click.echo(cons.CANCELLED)
                 return
-            outcome, _events = runner.apply_plan(store, shared_embedder(), plan, choices, hard_delete=hard_delete)
+            outcome, events = runner.apply_plan(store, shared_embedder(), plan, choices, hard_delete=hard_delete)
             click.echo(cons.render_summary(outcome))
         if hard_delete and outcome.pruned:
             click.echo(f"{outcome.pruned} memories were deleted permanently (--hard-delete); they cannot be restored.")
         if outcome.decision_id and (outcome.merged_pairs or outcome.pruned or outcome.resolved or outcome.reminder_id):
             click.echo(f"Undo this pass: dream undo {outcome.decision_id}")
+        note = await publish_events(events, store_dir)
+        if note:
+            click.echo(note, err=True)
         runner.note_run(store_dir or settings.store_dir, {"type": "pass", "user": user, "app": app_id,
                                                             **outcome.to_dict()})
     finally:

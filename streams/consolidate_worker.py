@@ -28,8 +28,9 @@ log = logging.getLogger("dreamstream.consolidate")
 accessed_topic = app.topic(settings.topics.memory_accessed, partitions=settings.topics.partitions,
                            key_type=bytes, value_type=bytes)
 
-schedules_table = app.GlobalTable("dream-schedules", default=None, partitions=1)
-"""schedule id -> {"user", "app", "schedule", "registered_at", "last_fired", "firings", "last_run"}."""
+schedules_table = app.GlobalTable("dream-schedules", default=None, partitions=1, use_partitioner=True)
+"""schedule id -> {"user", "app", "schedule", "registered_at", "last_fired", "firings", "last_run"}.
+use_partitioner: the crontab timer updates entries outside any stream event, which Faust refuses otherwise."""
 
 ACCESSED = "memory.accessed"
 MAX_ACCESS_IDS = 100

@@ -134,3 +134,29 @@ async def test_control_agent_applies_once_and_bookkeeping_counts(kafka: str, pro
     assert sw.due({**state, "facts": 20}, "2026-02-01T00:00:00Z", 7.0)
     assert not sw.due({**state, "facts": 20, "checked": 1}, "2026-02-01T00:00:00Z", 7.0)  # nothing new
     assert not sw.due({**state, "facts": 20, "last_run": "2026-01-30T00:00:00Z"}, "2026-02-01T00:00:00Z", 7.0)
+
+
+async def test_scheduled_pass_runs_when_due_and_once_per_firing(proc: Processor) -> None:
+    """The crontab timer's step: a due schedule runs `--auto` for its scope and records the run."""
+    from datetime import UTC, datetime, timedelta
+
+    from dreamstream.streams import consolidate_worker as cw
+    from dreamstream.streams.pipeline import Incoming
+
+    await cw.schedules_table.changelog_topic.maybe_declare()
+    user = f"sx-{uuid.uuid4().hex[:6]}"
+    proc.process([Incoming(line(event(1, user, "Was halfway through the login refactor.", mtype="session_state")))])
+    entry = cw.schedule_command("consolidate.schedule", {"user": user, "schedule": "daily"})
+    sid = entry["schedule_id"]
+    assert await cw.run_due(datetime.now(UTC)) == []  # registered just now: not due until 03:00
+    two_days_ago = (datetime.now(UTC) - timedelta(days=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    cw.schedules_table[sid] = {**entry, "registered_at": two_days_ago}
+    [done] = await cw.run_due(datetime.now(UTC))
+    assert done["mode"] == "auto" and done["pruned"] == 1
+    assert done["line"] == f"[dream --auto] project={user}  merged=0  pruned=1  conflicts_skipped=0"
+    after = cw.schedules_table[sid]
+    assert after["firings"] == 1 and after["last_run"]["pruned"] == 1
+    assert await cw.run_due(datetime.now(UTC)) == []  # the same firing never runs twice
+    assert proc.store.retrieve([f"m-{user}-1"])[f"m-{user}-1"].status == "expired"
+    assert cw.schedule_command("schedule.remove", {"schedule_id": sid})["removed"]
+    assert sid not in [e["schedule_id"] for e in cw.schedule_command("schedule.list", {})["schedules"]]

@@ -189,8 +189,8 @@ def test_summary_and_auto_line_texts() -> None:
     assert [cons.parse_confirm(a) for a in ("", "y", "Y", "n", "No")] == [True, True, True, False, False]
 
 
-def _dream(*args: str, store: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "DREAM_RETENTION_FILE": ""}
+def _dream(*args: str, store: Path, timeout: float = 180, **env_extra: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "DREAM_RETENTION_FILE": "", **env_extra}
     return subprocess.run([DREAM, *args, "--store", str(store)], env=env, capture_output=True, text=True,
                           timeout=timeout)
 
@@ -205,13 +205,23 @@ def _filled_store(tmp_path: Path, embedder: Any) -> Path:
     return path
 
 
-def test_auto_applies_skips_conflicts_and_stores_a_reminder(tmp_path: Path, embedder: Any) -> None:
+@pytest.mark.kafka
+def test_auto_applies_skips_conflicts_and_stores_a_reminder(tmp_path: Path, embedder: Any, kafka: str,
+                                                            unique: str) -> None:
+    import asyncio
+
+    from dreamstream.streams.localrun import consume_all
     from dreamstream.streams.store import EdgeStore
 
     store_dir = _filled_store(tmp_path, embedder)
-    out = _dream("consolidate", "--user", "u1", "--app", "proj", "--auto", store=store_dir)
+    topic = f"status-{unique}"
+    out = _dream("consolidate", "--user", "u1", "--app", "proj", "--auto", store=store_dir,
+                 KAFKA_BOOTSTRAP=kafka, DREAM_TOPIC_MEMORY_STATUS=topic)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "[dream --auto] project=proj  merged=1  pruned=2  conflicts_skipped=1" in out.stdout.splitlines()
+    events = asyncio.run(consume_all(kafka, topic, 6, 30))  # 2 merged, 1 canonical, 2 expired, 1 reminder
+    assert sorted(e["action"] for e in events) == ["consolidate_merge"] * 2 + ["consolidate_new"] * 2 + \
+        ["consolidate_prune"] * 2
     s = EdgeStore(store_dir)
     try:
         [reminder] = [m for m in s.scroll({"user_id": "u1"}) if m.metadata.get("type") == "task_learning"]
