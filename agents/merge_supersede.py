@@ -62,6 +62,18 @@ def _norm(text: str) -> str:
     return " ".join(tf.words(text))
 
 
+def _unmatched(values: frozenset[str], other: frozenset[str]) -> set[str]:
+    """Values with no counterpart in `other`; one that starts another ("trpc" / "trpc api") is
+    the same name said more or less fully, not a different one ("api" / "trpc api" is)."""
+
+    def nested(a: str, b: str) -> bool:
+        wa, wb = a.split(), b.split()
+        n = min(len(wa), len(wb))
+        return wa[:n] == wb[:n]
+
+    return {v for v in values if not any(nested(v, o) for o in other)}
+
+
 @dataclass
 class OfflineJudge:
     """Embedding similarity + generic text features; no LLM, no network.
@@ -74,8 +86,8 @@ class OfflineJudge:
 
     embedder: Embedder | None = None
     name: str = "offline"
-    same_cos: float = 0.80
-    contain_cos: float = 0.50
+    same_cos: float = 0.72
+    contain_cos: float = 0.45
     replace_cos_cue: float = 0.33
     replace_cos_cue_any: float = 0.55
     replace_cos_implicit: float = 0.60
@@ -133,14 +145,14 @@ class OfflineJudge:
         if (ep_new or ep_old) and ep_new != ep_old:
             return v("unrelated", 1 - cos, "distinct_occasion")
         small_diff = len(o.only_new) <= 2 and len(o.only_old) <= 2
-        if small_diff and tf.order_swapped(new.text, old.text, o.shared):
+        if small_diff and tf.order_swapped(new.text, old.text):
             return v("unrelated", 1 - cos, "roles_swapped")
-        change = tf.has_change_cue(new.text) and not tf.has_change_cue(old.text)
-        cue_new = tf.has_change_cue(new.text)
+        cue_new = tf.has_change_cue(new.text, old.text)
+        change = cue_new and not tf.has_change_cue(old.text)
         additive = tf.has_additive_cue(new.text) and not tf.has_additive_cue(old.text)
         fc = frame_cos if frame_cos is not None else -1.0
         # Each side names a value the other lacks (another city, another tool): never one fact.
-        value_conflict = bool(vals_new - vals_old) and bool(vals_old - vals_new)
+        value_conflict = bool(_unmatched(vals_new, vals_old)) and bool(_unmatched(vals_old, vals_new))
         fo_ = tf.overlap(fn, fo)
         frame_diff = max(len(fo_.only_new), len(fo_.only_old))  # slot words that differ, values masked
         if tf.has_negation(new.text) != tf.has_negation(old.text) and cos >= self.polarity_cos and o.shared:
@@ -182,6 +194,7 @@ class OfflineJudge:
             return v("replaces", cos, "change_cue")
         if (
             substitution
+            and value_conflict
             and cos >= self.replace_cos_implicit
             and len(o.shared) >= 2
             and len(o.only_old) <= 2

@@ -59,8 +59,10 @@ _EPISODE = _wordset(
     morning afternoon evening
     """
 )
+# Negative polarity: negation, and verbs that carry it ("hates olives" = "can't stand olives").
 _NEGATION = re.compile(
-    r"\b(not|no|never|don't|doesn't|didn't|isn't|aren't|won't|can't|cannot|avoid\w*|n't)\b"
+    r"\b(not|no|never|don't|doesn't|didn't|isn't|aren't|won't|can't|cannot|avoid\w*|n't|"
+    r"dislik\w*|hat(?:e|es|ed|ing)|detest\w*|loath\w*|banned|forbid\w*|prohibit\w*|refus\w*)\b"
 )
 _NUMBER = re.compile(r"\d+(?:[.,:]\d+)*")
 _TIME_WORDS = _wordset(
@@ -111,8 +113,14 @@ def time_words(text: str) -> frozenset[str]:
     return frozenset(w for w in words(text) if w in _TIME_WORDS)
 
 
-def has_change_cue(text: str) -> bool:
-    return _CHANGE.search(text.lower()) is not None
+def has_change_cue(text: str, other: str = "") -> bool:
+    """A change marker in `text`; with `other`, only one whose word `other` does not share: a cue
+    word both statements use is part of the topic ("schema changes need review"), not a change."""
+    topic = {stem(w).rstrip("e") for w in words(other)}
+    return any(
+        not {stem(w).rstrip("e") for w in words(m.group(0))} <= topic
+        for m in _CHANGE.finditer(text.lower())
+    )
 
 
 def has_additive_cue(text: str) -> bool:
@@ -143,18 +151,69 @@ def episode_words(text: str) -> frozenset[str]:
 
 
 _DIRECTIONAL = frozenset(("to", "from", "into", "me", "us", "than", "by", "against"))
+_USER_REF = frozenset(("i", "me", "my", "myself", "user", "user's", "we", "us", "our"))
+_RAW = re.compile(r"[\w$€£][\w+#@.\-/'’]*[\w+#]|\w")
 
 
-def order_swapped(new_text: str, old_text: str, shared: frozenset[str]) -> bool:
-    """Same words, participants exchanged ("A lent B" / "B lent me", "from X to Y" / "from Y to X").
+def _raw(text: str) -> list[str]:
+    return _RAW.findall(text.replace("\u2019", "'"))
 
-    Only counts where a directional function word is present: plain paraphrases reorder freely
-    ("Use PostgreSQL for auth" / "Auth DB is PostgreSQL").
+
+def _names(text: str) -> set[str]:
+    """Capitalised words past the first (names), numbers and amounts, lower-cased."""
+    toks = _raw(text)
+    return {
+        t.lower().strip("$€£")
+        for i, t in enumerate(toks)
+        if any(ch.isdigit() for ch in t) or (i > 0 and t[:1].isupper() and t != "I")
+    } - STOPWORDS - _TIME_WORDS - _USER_REF
+
+
+def _definite(text: str) -> set[str]:
+    """Words right after "the": the entities a statement names ("the auth service")."""
+    w = words(text)
+    return {b for a, b in zip(w, w[1:], strict=False) if a == "the" and b not in STOPWORDS}
+
+
+def _participants(text: str, names: set[str]) -> list[str]:
+    """The statement's participants in order: runs of `names`, and "USER" where the user is.
+
+    A subject-less note ("Lent Jamal €120.") is about the user, who comes first."""
+    out: list[str] = []
+    run: list[str] = []
+    for tok in _raw(text):
+        low = tok.lower().strip("$€£")
+        if low in names and not any(ch.isdigit() for ch in low):
+            run.append(low)  # one multi-word name: "ETH Zurich"
+            continue
+        if run:
+            out.append(" ".join(run))
+            run = []
+        if low in names:
+            out.append(low)
+        elif low in _USER_REF and "USER" not in out:
+            out.append("USER")
+    if run:
+        out.append(" ".join(run))
+    if "USER" not in out:
+        out.insert(0, "USER")
+    return out
+
+
+def order_swapped(new_text: str, old_text: str) -> bool:
+    """Same participants, exchanged ("I lent Ana €20" / "Ana lent me €20", "from X to Y" / "from Y
+    to X"): two names, literals or the user that both statements share appear in opposite order.
+
+    Only counts where a directional function word is present, and only names / literals / the user
+    count: plain paraphrases reorder their other words freely ("Use PostgreSQL for auth" / "Auth DB
+    is PostgreSQL", "a degree in philosophy" / "a philosophy degree").
     """
-    a = [w for w in content(new_text) if w in shared]
-    b = [w for w in content(old_text) if w in shared]
-    directional = _DIRECTIONAL & (set(words(new_text)) | set(words(old_text)))
-    return len(a) >= 2 and a != b and bool(directional)
+    if not _DIRECTIONAL & (set(words(new_text)) | set(words(old_text))):
+        return False
+    names = _names(new_text) | _names(old_text) | (_definite(new_text) & _definite(old_text))
+    a, b = _participants(new_text, names), _participants(old_text, names)
+    pos_b = [b.index(p) for p in dict.fromkeys(a) if p in b]  # first mentions
+    return any(x > y for x, y in zip(pos_b, pos_b[1:], strict=False))
 
 
 def has_negation(text: str) -> bool:

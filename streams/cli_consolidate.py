@@ -73,7 +73,8 @@ async def publish_events(events: list[dict[str, Any]], store_dir: str | None) ->
     import orjson
     from aiokafka import AIOKafkaProducer
 
-    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, acks="all", request_timeout_ms=5000)
+    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, acks="all", request_timeout_ms=5000,
+                                **settings.kafka.aiokafka_kwargs())
     try:
         await asyncio.wait_for(producer.start(), timeout=10)
         for ev in events:

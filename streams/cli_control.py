@@ -44,7 +44,8 @@ async def send_and_wait(body: dict[str, Any], timeout: float) -> dict[str, Any] 
 
     from dreamstream.streams.control import wait_reply
 
-    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, acks="all")
+    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, acks="all",
+                                **settings.kafka.aiokafka_kwargs())
     await producer.start()
     try:
         await producer.send_and_wait(settings.topics.control, orjson.dumps(body), key=body["id"].encode())

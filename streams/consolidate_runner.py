@@ -258,7 +258,26 @@ def control(proc: Any, command: str, args: Mapping[str, Any],
     """
     from dreamstream.streams.settings import load
 
-    data_dir = load().data_dir
+    started = time.monotonic()
+    kind = "approve" if command == "consolidate.approve" else str(args.get("mode", "dry_run"))
+    try:
+        out = _control(proc, command, args, retention, load().data_dir)
+    except Exception:
+        _observe(kind, "error", time.monotonic() - started)
+        raise
+    if command != "consolidate.reject":
+        _observe(kind, "ok", time.monotonic() - started)
+    return out
+
+
+def _observe(kind: str, status: str, seconds: float) -> None:
+    from dreamstream.streams import metrics
+
+    metrics.consolidation_run(kind, status, seconds)
+
+
+def _control(proc: Any, command: str, args: Mapping[str, Any], retention: Mapping[str, int | None] | None,
+             data_dir: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     policies = {**cons.DEFAULT_RETENTION, **(retention or {})}
     if command == "consolidate.run":
         user, app = str(args["user"]), args.get("app")

@@ -216,7 +216,8 @@ async def wait_reply(kafka: str, command_id: str, timeout: float = 60.0) -> dict
     from aiokafka import AIOKafkaConsumer
 
     consumer = AIOKafkaConsumer(settings.topics.control_replies, bootstrap_servers=kafka,
-                                auto_offset_reset="earliest", enable_auto_commit=False, group_id=None)
+                                auto_offset_reset="earliest", enable_auto_commit=False, group_id=None,
+                                **settings.kafka.aiokafka_kwargs())
     await consumer.start()
     try:
         deadline = asyncio.get_running_loop().time() + timeout

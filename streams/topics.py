@@ -27,7 +27,8 @@ def declared(settings: Settings) -> dict[str, int]:
 
 async def ensure_topics(settings: Settings, timeout: float = 30.0) -> list[str]:
     """Creates missing topics; returns the names it created."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap_servers, request_timeout_ms=int(timeout * 1000))
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap_servers, request_timeout_ms=int(timeout * 1000),
+                                **settings.kafka.aiokafka_kwargs())
     await admin.start()
     try:
         existing = set(await admin.list_topics())

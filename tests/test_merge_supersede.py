@@ -185,3 +185,70 @@ def test_frame_masks_values_and_normalises_subject() -> None:
     f2, v2, s2 = tf.frame("Ruth works at Globex.")
     assert v1 == {"acme corp"} and v2 == {"globex"} and s1 == "" and s2 == "ruth"
     assert f1.startswith("user") and "X" in f1 and "X" in f2
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("Lent Jamal €120.", "Jamal lent me €120."),
+        ("I gave Lucy a book.", "Lucy gave me a book."),
+        (
+            "The auth service calls the search service to validate tokens.",
+            "The search service calls the auth service when an account is deleted.",
+        ),
+    ],
+)
+def test_exchanged_participants_stay_unlinked(mem: Callable[..., Memory], first: str, second: str) -> None:
+    """Names, amounts or the user in the opposite order: another event, not a restatement."""
+    a, b = mem(first), mem(second)
+    assert ms.decide(b, [a]) == []
+
+
+def test_order_swapped_ignores_reordered_paraphrase() -> None:
+    """Only participants count: "a degree in philosophy" / "a philosophy degree" is no swap."""
+    from dreamstream.agents import text_features as tf
+
+    assert tf.order_swapped("Flew from Oslo to Madrid.", "Flew from Madrid to Oslo.")
+    assert not tf.order_swapped(
+        "Graduated from ETH Zurich (2013) with a philosophy degree.",
+        "The user graduated from ETH Zurich in 2013 with a degree in philosophy.",
+    )
+    assert not tf.order_swapped(
+        "Rosa and I are doing a three-week trip to Italy in September, mostly Rome and Florence.",
+        "September trip: three-week in Italy, mostly Rome and Florence.",
+    )
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("User hates olives.", "Can't stand olives."),
+        ("Native Turkish speaker.", "Turkish is my first language."),
+        (
+            "Omar owns the inventory service; schema changes there need their review.",
+            "Omar owns the inventory service and must review any schema change to it.",
+        ),
+    ],
+)
+def test_restatements_merge(mem: Callable[..., Memory], first: str, second: str) -> None:
+    """Both negative ("hates" / "can't stand"), a paraphrase, a cue word both share ("change"):
+    one fact, merged, never a supersede."""
+    a, b = mem(first), mem(second)
+    [d] = ms.decide(b, [a])
+    assert d.action in ("merge_new", "merge_old") and d.targets == (a.memory_id,)
+
+
+def test_change_cue_shared_by_both_is_topic() -> None:
+    from dreamstream.agents import text_features as tf
+
+    assert tf.has_change_cue("Review any schema change.")
+    assert not tf.has_change_cue("Review any schema change.", "Schema changes need review.")
+    assert tf.has_change_cue("I moved to Berlin.", "User lives in Lisbon.")
+
+
+def test_implicit_substitution_needs_a_changed_value(mem: Callable[..., Memory]) -> None:
+    """Without a cue, a supersede needs each side to name a value the other lacks ("tRPC" is
+    "tRPC API" said shorter)."""
+    old = mem("The notification worker exposes a tRPC API.")
+    new = mem("Internal calls to the notification worker use tRPC.")
+    assert all(d.action != "supersede" for d in ms.decide(new, [old]))
