@@ -65,9 +65,15 @@ def user_partition(user: str) -> int:
 
 
 def _owned() -> set[int] | None:
+    """This worker's memory.added partitions; none while its consumer is not running yet."""
+    from faust.exceptions import ConsumerNotStarted
+
     from dreamstream.streams.synthesis_worker import owned_partitions
 
-    return owned_partitions()
+    try:
+        return owned_partitions()
+    except ConsumerNotStarted:
+        return set()
 
 
 @app.crontab("* * * * *")

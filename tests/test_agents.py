@@ -136,14 +136,21 @@ async def test_control_agent_applies_once_and_bookkeeping_counts(kafka: str, pro
     assert not sw.due({**state, "facts": 20, "last_run": "2026-01-30T00:00:00Z"}, "2026-02-01T00:00:00Z", 7.0)
 
 
-async def test_scheduled_pass_runs_when_due_and_once_per_firing(proc: Processor) -> None:
+async def test_scheduled_pass_runs_when_due_and_once_per_firing(proc: Processor,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """The crontab timer's step: a due schedule runs `--auto` for its scope and records the run."""
     from datetime import UTC, datetime, timedelta
 
     from dreamstream.streams import consolidate_worker as cw
     from dreamstream.streams.pipeline import Incoming
 
-    await cw.schedules_table.changelog_topic.maybe_declare()
+    monkeypatch.setattr(cw, "_owned", lambda: None)  # no consumer here: this process stands for the owner
+
+    changelog = cw.schedules_table.changelog_topic
+    await changelog.maybe_declare()
+    # The table writes through the producer's partitioner, which needs the new topic's metadata.
+    kafka_producer = appmod.app.producer._ensure_producer()  # type: ignore[attr-defined]
+    await kafka_producer.partitions_for(changelog.get_topic_name())
     user = f"sx-{uuid.uuid4().hex[:6]}"
     proc.process([Incoming(line(event(1, user, "Was halfway through the login refactor.", mtype="session_state")))])
     entry = cw.schedule_command("consolidate.schedule", {"user": user, "schedule": "daily"})
