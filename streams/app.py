@@ -66,11 +66,22 @@ def _build_processor() -> Processor:
     return Processor(store, shared_embedder())
 
 
+_build_lock: asyncio.Lock | None = None
+
+
 async def processor() -> Processor:
-    """The worker's one Processor, built on the store thread on first use."""
+    """The worker's one Processor, built on the store thread on first use.
+
+    Several agents ask for it as the worker starts; the lock makes the first build the only one
+    (a second embedded store on the same folder would fail on its lock)."""
+    global _build_lock
     if "processor" not in _runtime:
-        loop = asyncio.get_running_loop()
-        _runtime["processor"] = await loop.run_in_executor(_executor, _build_processor)
+        if _build_lock is None:
+            _build_lock = asyncio.Lock()
+        async with _build_lock:
+            if "processor" not in _runtime:
+                loop = asyncio.get_running_loop()
+                _runtime["processor"] = await loop.run_in_executor(_executor, _build_processor)
     proc: Processor = _runtime["processor"]
     return proc
 

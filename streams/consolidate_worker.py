@@ -156,7 +156,6 @@ def access_event(user: str, memory_ids: list[str]) -> bytes:
 @app.agent(accessed_topic, concurrency=1)
 async def accessed(stream: faust.StreamT) -> None:
     """memory.accessed in per-user order; a bad record becomes a dead letter, never an exception."""
-    proc = await processor()
     async for event in stream.events():
         try:
             access = parse_access(event.value)
@@ -166,6 +165,7 @@ async def accessed(stream: faust.StreamT) -> None:
             await dead_letter_topic.send(key=None, value=DeadLetter(**dl))
             continue
         try:
+            proc = await processor()
             await on_store_thread(apply_access, proc.store, access)
         except Exception:  # the stream goes on; the event is kept as a dead letter for a retry
             log.exception("could not apply an access event")
