@@ -28,9 +28,12 @@ log = logging.getLogger("dreamstream.consolidate")
 accessed_topic = app.topic(settings.topics.memory_accessed, partitions=settings.topics.partitions,
                            key_type=bytes, value_type=bytes)
 
-schedules_table = app.GlobalTable("dream-schedules", default=None, partitions=1, use_partitioner=True)
-"""schedule id -> {"user", "app", "schedule", "registered_at", "last_fired", "firings", "last_run"}.
-use_partitioner: the crontab timer updates entries outside any stream event, which Faust refuses otherwise."""
+schedules_table = app.GlobalTable("dream-schedules", default=None, partitions=1)
+"""schedule id -> {"user", "app", "schedule", "registered_at", "last_fired", "firings", "last_run"}."""
+
+schedule_updates_topic = app.topic(f"{settings.app_id}-schedule-updates", partitions=1, key_type=bytes,
+                                   value_type=bytes, internal=True)
+"""What the crontab timer learnt (a firing, a run): Faust tables change only inside a stream event."""
 
 ACCESSED = "memory.accessed"
 MAX_ACCESS_IDS = 100
@@ -94,7 +97,8 @@ async def run_due(now: datetime) -> list[dict[str, Any]]:
             continue
         if owned is not None and user_partition(entry["user"]) not in owned:
             continue
-        last = cons.parse_time(entry["last_fired"]).astimezone() if entry.get("last_fired") else None
+        fired = max(filter(None, (entry.get("last_fired"), _fired.get(sid))), default=None)
+        last = cons.parse_time(fired).astimezone() if fired else None
         registered = cons.parse_time(entry["registered_at"]).astimezone()
         if not cons.schedule_fired(entry["schedule"], last, registered, local_now):
             continue
@@ -111,8 +115,24 @@ async def run_due(now: datetime) -> list[dict[str, Any]]:
                                  if k in details}
             log.info("scheduled consolidation %s: %s", sid, details.get("line") or details.get("message"))
             done.append(details)
-        schedules_table[sid] = entry
+        await schedule_updates_topic.send(key=sid.encode(), value=orjson.dumps(entry))
+        _fired[sid] = entry["last_fired"]
     return done
+
+
+_fired: dict[str, str] = {}
+"""Firings this worker ran whose table update may not have been applied yet (never run one twice)."""
+
+
+@app.agent(schedule_updates_topic, concurrency=1)
+async def schedule_updates(stream: faust.StreamT) -> None:
+    async for event in stream.events():
+        try:
+            entry = orjson.loads(event.value)
+            if schedules_table.get(entry["schedule_id"]):  # removed meanwhile: stays removed
+                schedules_table[entry["schedule_id"]] = entry
+        except Exception:  # a bad record must not stop the stream
+            log.exception("could not apply a schedule update")
 
 
 def retention() -> dict[str, int | None] | None:

@@ -227,8 +227,9 @@ _lag_labels: set[tuple[str, str]] = set()
 
 
 async def update_consumer_lag() -> None:
-    """highwater - committed per assigned partition (earliest offset where nothing is committed yet);
-    partitions that moved to another worker lose their series."""
+    """highwater - committed per assigned partition that has a commit; partitions that moved to
+    another worker lose their series. Read from the consumer's own state only: asking the broker
+    for offsets from a timer (earliest_offsets) competed with the consumer right after a rebalance."""
     consumer = getattr(app, "_consumer", None)
     if consumer is None:
         return
@@ -236,14 +237,13 @@ async def update_consumer_lag() -> None:
     committed: Mapping[Any, int | None] = getattr(consumer, "_committed_offset", {})
     highs = {tp: consumer.highwater(tp) for tp in assigned}
     highs = {tp: h for tp, h in highs.items() if h is not None}
-    missing = [tp for tp in highs if committed.get(tp) is None]
-    earliest = await consumer.earliest_offsets(*missing) if missing else {}
     now: set[tuple[str, str]] = set()
     for tp, high in highs.items():
         done = committed.get(tp)
-        base = done if done is not None else earliest.get(tp, 0)
+        if done is None:
+            continue
         labels = (tp.topic, str(tp.partition))
-        CONSUMER_LAG.labels(*labels).set(max(0, int(high) - int(base or 0)))
+        CONSUMER_LAG.labels(*labels).set(max(0, int(high) - int(done)))
         now.add(labels)
     for labels in _lag_labels - now:
         CONSUMER_LAG.remove(*labels)

@@ -145,25 +145,25 @@ async def test_scheduled_pass_runs_when_due_and_once_per_firing(proc: Processor,
     from dreamstream.streams.pipeline import Incoming
 
     monkeypatch.setattr(cw, "_owned", lambda: None)  # no consumer here: this process stands for the owner
+    table: dict[str, Any] = {}  # the GlobalTable's contents; outside a stream event Faust refuses writes
+    monkeypatch.setattr(cw, "schedules_table", table)
 
-    changelog = cw.schedules_table.changelog_topic
-    await changelog.maybe_declare()
-    # The table writes through the producer's partitioner, which needs the new topic's metadata.
-    kafka_producer = appmod.app.producer._ensure_producer()  # type: ignore[attr-defined]
-    await kafka_producer.partitions_for(changelog.get_topic_name())
+    await cw.schedule_updates_topic.maybe_declare()
     user = f"sx-{uuid.uuid4().hex[:6]}"
     proc.process([Incoming(line(event(1, user, "Was halfway through the login refactor.", mtype="session_state")))])
     entry = cw.schedule_command("consolidate.schedule", {"user": user, "schedule": "daily"})
     sid = entry["schedule_id"]
     assert await cw.run_due(datetime.now(UTC)) == []  # registered just now: not due until 03:00
     two_days_ago = (datetime.now(UTC) - timedelta(days=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    cw.schedules_table[sid] = {**entry, "registered_at": two_days_ago}
+    table[sid] = {**entry, "registered_at": two_days_ago}
     [done] = await cw.run_due(datetime.now(UTC))
     assert done["mode"] == "auto" and done["pruned"] == 1
     assert done["line"] == f"[dream --auto] project={user}  merged=0  pruned=1  conflicts_skipped=0"
-    after = cw.schedules_table[sid]
-    assert after["firings"] == 1 and after["last_run"]["pruned"] == 1
     assert await cw.run_due(datetime.now(UTC)) == []  # the same firing never runs twice
+    # The timer's update goes to the table through its own topic (tables change inside stream events).
+    updates = await consume_all(appmod.settings.bootstrap_servers, cw.schedule_updates_topic.get_topic_name(), 1,
+                                20, keep=lambda r: r.key == sid.encode())
+    assert updates[-1]["firings"] == 1 and updates[-1]["last_run"]["pruned"] == 1
     assert proc.store.retrieve([f"m-{user}-1"])[f"m-{user}-1"].status == "expired"
     assert cw.schedule_command("schedule.remove", {"schedule_id": sid})["removed"]
     assert sid not in [e["schedule_id"] for e in cw.schedule_command("schedule.list", {})["schedules"]]
