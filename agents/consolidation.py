@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from dreamstream.agents import text_features as tf
+from dreamstream.agents.merge_supersede import _cos
 from dreamstream.schemas.memory import Memory
 
 log = logging.getLogger("dreamstream.consolidation")
@@ -165,12 +166,6 @@ def is_specific(text: str) -> bool:
 
 def _eligible(memory: Memory) -> bool:
     return memory.kind == "fact" and not memory.pinned and memory.status in ("active", "superseded")
-
-
-def _cos(a: Memory, b: Memory) -> float:
-    if a.vector is None or b.vector is None:
-        return 0.0
-    return float(np.dot(a.vector, b.vector))
 
 
 def near_duplicate(newer: Memory, older: Memory, cos: float) -> bool:

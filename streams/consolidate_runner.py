@@ -438,7 +438,7 @@ def full(store: MemoryStore, user_id: str | None = None, dry_run: bool = False,
 # --- stats and provenance -------------------------------------------------------------------------
 
 
-def stats(store: MemoryStore, data_dir: str | None = None) -> dict[str, Any]:
+def stats(store: MemoryStore, store_dir: str | None = None) -> dict[str, Any]:
     by_status: Counter[str] = Counter()
     by_kind: Counter[str] = Counter()
     by_type: Counter[str] = Counter()
@@ -449,28 +449,31 @@ def stats(store: MemoryStore, data_dir: str | None = None) -> dict[str, Any]:
         by_type[m.memory_type] += 1
         users.add(m.user_id)
     return {"memories": sum(by_status.values()), "users": len(users), "by_status": dict(by_status),
-            "by_kind": dict(by_kind), "by_type": dict(by_type), "last_runs": last_runs(data_dir)}
+            "by_kind": dict(by_kind), "by_type": dict(by_type), "last_runs": last_runs(store_dir)}
 
 
-RUNS_FILE = "consolidation-runs.json"
+def runs_file(store_dir: str) -> Path:
+    """Beside the store's folder, never inside it: that folder is Qdrant's shard."""
+    p = Path(store_dir)
+    return p.parent / f"{p.name}.consolidation-runs.json"
 
 
-def note_run(data_dir: str | None, summary: Mapping[str, Any]) -> None:
+def note_run(store_dir: str | None, summary: Mapping[str, Any]) -> None:
     """Keeps the last run of each type (light, full, pass) beside the store for `dream stats`."""
-    if not data_dir:
+    if not store_dir:
         return
-    path = Path(data_dir) / RUNS_FILE
-    runs = last_runs(data_dir)
+    path = runs_file(store_dir)
+    runs = last_runs(store_dir)
     runs[str(summary.get("type", "pass"))] = {**summary, "at": now_iso()}
     os.makedirs(path.parent, exist_ok=True)
     path.write_text(json.dumps(runs, ensure_ascii=False, default=str), encoding="utf-8")
 
 
-def last_runs(data_dir: str | None) -> dict[str, Any]:
-    if not data_dir:
+def last_runs(store_dir: str | None) -> dict[str, Any]:
+    if not store_dir:
         return {}
     try:
-        loaded = json.loads((Path(data_dir) / RUNS_FILE).read_text(encoding="utf-8"))
+        loaded = json.loads(runs_file(store_dir).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     return loaded if isinstance(loaded, dict) else {}
