@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
-import urllib.request
 from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from dreamstream.agents.llm_client import ChatEndpoint, LLMReplyError, reply_object
 from dreamstream.agents.merge_supersede import Judge, OfflineJudge, Verdict
 from dreamstream.schemas.memory import Memory
 
@@ -31,11 +30,7 @@ preference was reversed]}
 A second hobby, pet or language, a complementary detail, a repeated event, a trip the other way, \
 or a fact about another person is neither a duplicate nor a contradiction. Use [] when none."""
 
-_FENCE = re.compile(r"^```(?:json)?\s*|\s*```$", re.MULTILINE)
-
-
-class LLMReplyError(ValueError):
-    """The endpoint answered, but not with a usable verdict."""
+__all__ = ["LLMJudge", "LLMReplyError", "parse_reply"]
 
 
 @dataclass
@@ -92,24 +87,8 @@ class LLMJudge:
         if key in self._cache:
             self._cache.move_to_end(key)
             return self._cache[key]
-        body = {
-            "model": self.model,
-            "messages": messages,
-            "temperature": 0,
-            "response_format": {"type": "json_object"},
-        }
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        req = urllib.request.Request(
-            self.base_url.rstrip("/") + "/chat/completions",
-            data=json.dumps(body).encode(),
-            headers=headers,
-            method="POST",
-        )
-        with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-            payload = json.loads(resp.read().decode("utf-8"))
-        reply = parse_reply(payload, len(cands))
+        endpoint = ChatEndpoint(self.base_url, self.model, self.api_key, self.timeout_s)
+        reply = check_reply(endpoint.ask_json(messages), len(cands))
         self._cache[key] = reply
         if len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)
@@ -133,13 +112,11 @@ class LLMJudge:
 
 def parse_reply(payload: dict[str, Any], n: int) -> dict[str, Any]:
     """Validate a chat-completions response; raise `LLMReplyError` on anything unexpected."""
-    try:
-        content = payload["choices"][0]["message"]["content"]
-        data = json.loads(_FENCE.sub("", str(content)).strip())
-    except (KeyError, IndexError, TypeError, json.JSONDecodeError) as exc:
-        raise LLMReplyError(f"unreadable reply: {exc}") from exc
-    if not isinstance(data, dict):
-        raise LLMReplyError("reply is not a JSON object")
+    return check_reply(reply_object(payload), n)
+
+
+def check_reply(data: dict[str, Any], n: int) -> dict[str, Any]:
+    """The verdict in a reply object, candidate numbers checked against 1..n."""
     out: dict[str, Any] = {"new_more_complete": bool(data.get("new_more_complete", False))}
     for key in ("duplicates", "contradicted"):
         vals = data.get(key, [])

@@ -48,9 +48,13 @@ CUT_SLOPE = 0.3
 """How much stricter the cut gets per doubling of the user's eligible memories above CUT_PIVOT."""
 CUT_PIVOT = 16
 CUT_MAX = 0.5
-SIZE_PER_THEME = 6
+SIZE_PER_THEME = 5
 """A user with n eligible memories needs themes of about n / SIZE_PER_THEME members (3 to 5)."""
 MAX_MIN_SIZE = 5
+RESTATEMENT_COS = 0.7
+"""Members this close (plain embedding cosine) say one thing twice (a restatement, a repeated event,
+one slot's old and new value): they count once towards a theme's size. Distinct memories of one
+real theme sit well below (99% of the dev themes' pairs under 0.61)."""
 LABEL_MIN_SCORE = 0.16
 """Below this mean score no taxonomy domain describes the group (a topic the taxonomy lacks, e.g.
 sailing): the pattern is then worded without a domain, and keyed on its first evidence instead."""
@@ -259,6 +263,8 @@ class Theme:
     pattern_id: str
     key: str = ""
     """The theme's stable identity (its domain), from which `pattern_id` is derived."""
+    typical: tuple[str, ...] = ()
+    """The members' texts, most typical of the theme first: what a pattern writer words it from."""
 
 
 # --- gates --------------------------------------------------------------------------------------
@@ -400,6 +406,23 @@ def _groups(sim: np.ndarray, threshold: float) -> list[list[int]]:
     return list(groups.values())
 
 
+def distinct_evidence(vectors: np.ndarray) -> int:
+    """How many separate things a group says: members joined by restatement-close pairs count once."""
+    n = len(vectors)
+    parent = list(range(n))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    close = np.argwhere(np.triu(vectors @ vectors.T, 1) >= RESTATEMENT_COS)
+    for i, j in close:
+        parent[root(int(i))] = root(int(j))
+    return len({root(i) for i in range(n)})
+
+
 def find_themes(user_memories: Sequence[Memory], embed: Embed) -> list[Theme]:
     """Group one user's eligible memories into themes and write one pattern text per theme.
 
@@ -417,7 +440,7 @@ def find_themes(user_memories: Sequence[Memory], embed: Embed) -> list[Theme]:
     sim, scores = pair_similarity(vectors, embed)
     n = len(mems)
     need = min_theme_size(n)
-    groups = [g for g in _groups(sim, cut_threshold(n)) if len(g) >= need]
+    groups = [g for g in _groups(sim, cut_threshold(n)) if len(g) >= need and distinct_evidence(vectors[g]) >= need]
     # Largest, tightest first, so a contested domain key goes to the strongest group.
     groups.sort(key=lambda g: (-len(g), min(mems[i].memory_id for i in g)))
     themes: list[Theme] = []
@@ -442,6 +465,7 @@ def find_themes(user_memories: Sequence[Memory], embed: Embed) -> list[Theme]:
             text=pattern_text(label, [m.text for m in typical]),
             pattern_id=pattern_id(user_id, key),
             key=key,
+            typical=tuple(m.text for m in typical),
         ))
     return themes
 

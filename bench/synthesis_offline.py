@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -90,19 +91,61 @@ def build_memories(events: list[dict[str, Any]], labels: dict[str, dict[str, Any
     return by_user
 
 
+def scheduled(mems: list[Memory], embed: Model) -> list[Memory]:
+    """One user's patterns after weekly runs in event time (the runner's own `_run`), plus a final run.
+
+    Statuses are the final ones throughout (labels or --statuses), so this isolates what running
+    early, on part of the evidence, does to the patterns that stay."""
+    from datetime import timedelta
+
+    from dreamstream.streams import synthesis_runner as runner
+
+    ordered = sorted(mems, key=lambda m: (m.created_at, m.memory_id))
+    state = runner.SynthesisState(path=None, projects={runner.DEFAULT_PROJECT: {"enabled": True, "boundary": None}},
+                                  users={})
+    patterns: dict[str, Memory] = {}
+
+    def run(now: str, force: bool) -> None:
+        seen = [m for m in ordered if m.created_at <= now]
+        record = runner._run(mems[0].user_id, seen + list(patterns.values()), embed, now, state, force,
+                             runner.CADENCE_DAYS)
+        for ev in record.events:
+            patterns[ev["memory_id"]] = Memory(
+                memory_id=ev["memory_id"], user_id=ev["user_id"], text=ev["text"], created_at=now, updated_at=now,
+                kind="pattern", sources=list(ev["sources"]), metadata=dict(ev["metadata"]))
+        for pid in record.retired:
+            patterns[pid] = replace(patterns[pid], status="expired")
+
+    for m in ordered:
+        run(m.created_at, False)
+    if ordered:
+        last = synthesis._ts(ordered[-1].created_at) + timedelta(seconds=1)
+        run(last.isoformat().replace("+00:00", "Z"), True)
+    return sorted(patterns.values(), key=lambda p: p.memory_id)
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("case", type=Path)
     ap.add_argument("--gate", choices=("all", "eligible"), default="all")
     ap.add_argument("--keep-all", action="store_true", help="treat every memory as active")
+    ap.add_argument("--statuses", type=Path, default=None,
+                    help="take statuses from an export (e.g. make bench-quality's state) instead of the labels: "
+                         "the merge/supersede engine's real output, mistakes included")
     ap.add_argument("--state", type=Path, default=None)
     ap.add_argument("--show", action="store_true", help="print each pattern")
+    ap.add_argument("--schedule", action="store_true",
+                    help="run as `dream replay --synthesis` does: weekly in event time over the memories created "
+                         "so far, patterns kept or retired between runs, once more at the end")
     args = ap.parse_args(argv)
 
     t0 = time.perf_counter()
     events = read_jsonl(args.case / "events.jsonl")
     labels_path = args.case / "labels.jsonl"
     labels = {r["memory_id"]: r for r in read_jsonl(labels_path)} if labels_path.exists() else {}
+    if args.statuses is not None:
+        labels = {r["memory_id"]: {"expect": r.get("status", "active")} for r in read_jsonl(args.statuses)
+                  if r.get("kind", "fact") == "fact"}
     model = Model()
     t_load = time.perf_counter()
     vectors = cached_vectors([e["text"] for e in events], model)
@@ -112,6 +155,17 @@ def main(argv: list[str]) -> int:
     rows: list[dict[str, Any]] = []
     n_patterns = 0
     users_synth = 0
+    if args.schedule:
+        for user_id in sorted(by_user):
+            rows.extend(m.export_row() for m in by_user[user_id])
+            found = scheduled(by_user[user_id], model)
+            users_synth += bool(found)
+            n_patterns += len(found)
+            rows.extend(p.export_row() for p in found)
+            if args.show:
+                for p in found:
+                    print(f"{user_id} {p.memory_id} [{len(p.sources)}] {p.status} {p.text}")
+        by_user = {}
     for user_id in sorted(by_user):
         mems = by_user[user_id]
         rows.extend(m.export_row() for m in mems)

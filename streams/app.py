@@ -18,11 +18,13 @@ from aiohttp import web as aioweb
 
 from dreamstream.schemas.records import DeadLetter, MemoryStatus
 from dreamstream.streams import codecs as _codecs  # noqa: F401  (registers "orjson")
+from dreamstream.streams import judges
 from dreamstream.streams import settings as settings_mod
 from dreamstream.streams.pipeline import BatchResult, Incoming, Processor
 
 log = logging.getLogger("dreamstream.app")
 settings = settings_mod.load()
+judges.check_settings(settings)  # a misconfigured judge or writer stops `dream` at start, with the reason
 
 app = faust.App(
     settings.app_id,
@@ -41,6 +43,8 @@ app = faust.App(
     consumer_auto_offset_reset="earliest",
     broker_commit_every=200,
     broker_commit_interval=1.0,
+    broker_session_timeout=settings.session_timeout,
+    broker_heartbeat_interval=min(3.0, settings.session_timeout / 4),
     producer_acks=-1,
     stream_buffer_maxsize=4096,
     table_standby_replicas=0,  # a worker's timers act on the users its tables hold: active partitions only

@@ -73,7 +73,7 @@ async def replay(self: AppCommand, file: Path, store_dir: str | None, dead_path:
 
             state = cli_synthesis.state_for(store_dir)
             summary = cli_synthesis.replay_with_synthesis(file, store, state, batch_size=batch_size,
-                                                          dead_path=dead_path)
+                                                          dead_path=dead_path, write_text=cli_synthesis._writer())
         else:
             summary = replay_file(file, store, dead_path=dead_path, batch_size=batch_size)
     finally:

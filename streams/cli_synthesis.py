@@ -37,6 +37,13 @@ def state_for(store_dir: str | None) -> runner.SynthesisState:
     return runner.SynthesisState.load(runner.state_path(directory, server=bool(settings.qdrant_url)))
 
 
+def _writer() -> runner.WriteText | None:
+    """The pattern writer DREAM_SYNTHESIS_TEXT chooses (None: offline wording)."""
+    from dreamstream.streams.judges import pattern_writer_from_settings
+
+    return pattern_writer_from_settings(settings)
+
+
 def feed(processor: Processor, records: list[runner.RunRecord], source: str = "synthesis") -> BatchResult:
     """Retired patterns expired; the runs' pattern events through the same ingest path as every other event."""
     runner.apply(processor.store, records)
@@ -87,7 +94,7 @@ async def synthesize(self: AppCommand, store_dir: str | None, user: str | None, 
     embed = shared_embedder()
     try:
         records = runner.run_due(store, embed, runner._now(), state, force=now,
-                                 users=[user] if user else None)
+                                 users=[user] if user else None, write_text=_writer())
         if user and not records:
             records = [runner.RunRecord(user_id=user, reason="no memories")]
         feed(Processor(store, embed), records)
@@ -156,6 +163,7 @@ def replay_with_synthesis(
     batch_size: int = 256,
     cadence_days: float = runner.CADENCE_DAYS,
     dead_path: Path | None = None,
+    write_text: runner.WriteText | None = None,
 ) -> SynthReplaySummary:
     """Replays a file with synthesis on from its first event, on the weekly schedule in event time.
 
@@ -179,7 +187,8 @@ def replay_with_synthesis(
 
     def synth(now: str, force: bool) -> BatchResult:
         t0 = time.perf_counter()
-        records = runner.run_due(store, embed, now, state, force=force, cadence_days=cadence_days)
+        records = runner.run_due(store, embed, now, state, force=force, cadence_days=cadence_days,
+                                 write_text=write_text)
         ran = [r for r in records if r.ran]
         summary.runs += len(ran)
         summary.patterns_written += sum(r.patterns_written for r in ran)

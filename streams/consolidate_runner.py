@@ -377,7 +377,6 @@ def full(store: MemoryStore, user_id: str | None = None, dry_run: bool = False,
          sample_above: int = cons.SAMPLE_ABOVE) -> dict[str, Any]:
     """Light, then HDBSCAN clusters per user, duplicates merged within a cluster by the decisions
     engine, and the payload indexes rebuilt."""
-    from dreamstream.agents import merge_supersede as ms
     from dreamstream.streams.pipeline import BatchResult, Processor
 
     started = time.monotonic()
@@ -413,7 +412,8 @@ def full(store: MemoryStore, user_id: str | None = None, dry_run: bool = False,
             ordered = sorted(group, key=lambda m: (m.created_at, m.memory_id))
             live: dict[str, Memory] = {}
             for m in ordered:
-                decisions = [d for d in ms.decide(m, list(live.values())) if d.action in ("merge_new", "merge_old")]
+                decisions = [d for d in applier.decide(m, list(live.values()))  # the configured judge
+                             if d.action in ("merge_new", "merge_old")]
                 if decisions and not dry_run:
                     result = BatchResult()
                     for d in decisions:

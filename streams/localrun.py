@@ -53,6 +53,7 @@ class WorkerProcess:
             "DREAM_DATA_DIR": str(workdir / "faust"),
             "DREAM_HTTP_PORT": str(self.port),
             "DREAM_BATCH_WITHIN": "0.3",
+            "DREAM_SESSION_TIMEOUT": "10",  # a killed worker's partitions come back to its restart sooner
             **(extra_env or {}),
         }
         self.log = workdir / "worker.log"
@@ -65,13 +66,21 @@ class WorkerProcess:
                                          stdout=log, stderr=subprocess.STDOUT)
         self.wait_for(lambda s: bool(s.get("ready")), timeout=timeout)
 
-    def stats(self) -> dict[str, Any]:
+    def _get(self, path: str) -> dict[str, Any]:
+        """GET one of the worker's JSON endpoints; {} while it is not up."""
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/v1/stats", timeout=2) as r:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=2) as r:
                 out: dict[str, Any] = json.loads(r.read())
                 return out
         except OSError:
             return {}
+
+    def stats(self) -> dict[str, Any]:
+        return self._get("/v1/stats")
+
+    def consumer_state(self) -> dict[str, Any]:
+        """The worker's /v1/consumer view (assignment, offsets, flow control), for failure messages."""
+        return self._get("/v1/consumer")
 
     def read(self, query: str) -> dict[str, Any]:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/v1/memories?{query}", timeout=10) as r:
@@ -87,7 +96,8 @@ class WorkerProcess:
             if s and pred(s):
                 return s
             time.sleep(0.3)
-        raise TimeoutError(f"worker did not get there in {timeout}s; last stats {self.stats()}")
+        raise TimeoutError(f"worker did not get there in {timeout}s; last stats {self.stats()}; "
+                           f"consumer {self.consumer_state()}")
 
     def kill(self) -> None:
         """SIGKILL: no shutdown hooks, no final commit — the crash case."""

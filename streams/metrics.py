@@ -259,6 +259,24 @@ async def consumer_lag_timer() -> None:
         log.debug("consumer lag not available", exc_info=True)
 
 
+@app.page("/v1/consumer")
+async def consumer_view(web: Any, request: Any) -> Any:
+    """Per assigned partition: highwater, committed offset, paused; to tell a stalled worker from an idle one."""
+    consumer = getattr(app, "_consumer", None)
+    if consumer is None:
+        return aioweb.json_response({"assigned": []})
+    committed: Mapping[Any, int | None] = getattr(consumer, "_committed_offset", {})
+    # Faust's own flow-control sets: a partition missing from `active` is not fetched.
+    active = set(getattr(consumer, "_active_partitions", None) or ())
+    paused = set(getattr(consumer, "_paused_partitions", None) or ())
+    buffered = set(getattr(consumer, "_buffered_partitions", None) or ())
+    rows = [{"topic": tp.topic, "partition": tp.partition, "highwater": consumer.highwater(tp),
+             "committed": committed.get(tp), "fetching": tp in active, "paused": tp in paused,
+             "buffer_full": tp in buffered}
+            for tp in sorted(consumer.assignment())]
+    return aioweb.json_response({"flow_active": bool(getattr(consumer, "flow_active", True)), "assigned": rows})
+
+
 @app.page("/metrics")
 async def metrics_view(web: Any, request: Any) -> Any:
     """The Prometheus text exposition of the default registry."""

@@ -61,9 +61,19 @@ class BatchResult:
 
 
 def default_decide() -> tuple[Decide, int]:
+    """The judge the settings choose (DREAM_JUDGE; offline unless configured) and its candidate count."""
     from dreamstream.agents import merge_supersede
+    from dreamstream.streams import judges, settings
 
-    return merge_supersede.decide, int(merge_supersede.CANDIDATE_K)
+    k = int(merge_supersede.CANDIDATE_K)
+    judge = judges.judge_from_settings(settings.load())
+    if judge is None:
+        return merge_supersede.decide, k
+
+    def decide(new: Memory, candidates: Sequence[Memory]) -> list[Decision]:
+        return merge_supersede.decide_with(judge, new, candidates)
+
+    return decide, k
 
 
 def _lag_seconds(created_at: str) -> float | None:

@@ -97,6 +97,9 @@ class Settings:
     qdrant_api_key: str | None = field(default_factory=lambda: os.environ.get("QDRANT_API_KEY") or None)
     batch_size: int = field(default_factory=lambda: int(_env("DREAM_BATCH_SIZE", "64")))
     batch_within: float = field(default_factory=lambda: float(_env("DREAM_BATCH_WITHIN", "0.5")))
+    session_timeout: float = field(default_factory=lambda: float(_env("DREAM_SESSION_TIMEOUT", "30")))
+    """Seconds before the group gives a silent worker's partitions away: a crashed worker's
+    replacement waits this long for them (Faust's default is 60)."""
     http_host: str = field(default_factory=lambda: _env("DREAM_HTTP_HOST", "127.0.0.1"))
     http_port: int = field(default_factory=lambda: int(_env("DREAM_HTTP_PORT", "6066")))
     synthesis_check_seconds: float = field(default_factory=lambda: float(_env("DREAM_SYNTHESIS_CHECK_SECONDS", "60")))
@@ -104,6 +107,15 @@ class Settings:
     control_token: str | None = field(default_factory=lambda: os.environ.get("DREAM_CONTROL_TOKEN") or None)
     retention_file: str | None = field(default_factory=lambda: os.environ.get("DREAM_RETENTION_FILE") or None)
     """JSON {metadata.type: days | null} laid over the default retention policies."""
+    judge: str = field(default_factory=lambda: _env("DREAM_JUDGE", "offline"))
+    """Merge/supersede judge: `offline` (default), `nli` (DREAM_NLI_MODEL) or `llm` (DREAM_LLM_*)."""
+    nli_model: str | None = field(default_factory=lambda: os.environ.get("DREAM_NLI_MODEL") or None)
+    llm_url: str | None = field(default_factory=lambda: os.environ.get("DREAM_LLM_URL") or None)
+    llm_model: str | None = field(default_factory=lambda: os.environ.get("DREAM_LLM_MODEL") or None)
+    llm_api_key: str | None = field(default_factory=lambda: os.environ.get("DREAM_LLM_API_KEY") or None)
+    llm_timeout: float = field(default_factory=lambda: float(_env("DREAM_LLM_TIMEOUT", "10")))
+    synthesis_text: str = field(default_factory=lambda: _env("DREAM_SYNTHESIS_TEXT", "offline"))
+    """Pattern wording: `offline` (built from the theme's memories) or `llm` (the DREAM_LLM_* endpoint)."""
     topics: Topics = field(default_factory=Topics)
     kafka: KafkaSecurity = field(default_factory=lambda: KafkaSecurity())
 

@@ -20,7 +20,7 @@ import os
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,9 @@ from dreamstream.schemas.memory import Memory
 from dreamstream.streams.store import MemoryStore
 
 Embed = Callable[[list[str]], np.ndarray]
+WriteText = Callable[[str, Sequence[str]], "str | None"]
+"""Optional pattern wording (label, member texts most typical first) -> sentence, or None: keep the
+offline text. `agents.pattern_writer.LLMPatternWriter` is one."""
 
 STATE_FILE = "synthesis_state.json"
 DEFAULT_PROJECT = "_default"
@@ -133,6 +136,8 @@ class RunRecord:
     patterns_updated: int = 0
     patterns_unchanged: int = 0
     patterns_retired: int = 0
+    text_fallbacks: int = 0
+    """Patterns a configured writer could not word (endpoint down, unusable reply): offline text kept."""
     duration_seconds: float = 0.0
     pattern_ids: list[str] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
@@ -145,10 +150,12 @@ class RunRecord:
             return f"{self.user_id}: skipped ({self.reason})"
         return (f"{self.user_id}: {self.memories_considered} memories considered, {self.themes} themes, "
                 f"{self.patterns_written} patterns written, {self.patterns_updated} updated, "
-                f"{self.patterns_unchanged} unchanged, {self.patterns_retired} retired in {self.duration_seconds:.2f}s")
+                f"{self.patterns_unchanged} unchanged, {self.patterns_retired} retired in {self.duration_seconds:.2f}s"
+                + (f" ({self.text_fallbacks} worded offline: the writer failed)" if self.text_fallbacks else ""))
 
 
-def pattern_event(theme: syn.Theme, now: str, project_id: str | None = None) -> dict[str, Any]:
+def pattern_event(theme: syn.Theme, now: str, project_id: str | None = None,
+                  text_by: str = "offline") -> dict[str, Any]:
     """The `pattern.added` event for one theme; same theme and evidence -> same event_id."""
     sources = sorted(theme.memory_ids)
     digest = hashlib.sha1(f"{theme.pattern_id}|{'|'.join(sources)}".encode()).hexdigest()[:16]
@@ -161,7 +168,8 @@ def pattern_event(theme: syn.Theme, now: str, project_id: str | None = None) -> 
         "created_at": now,
         "sources": sources,
         "kind": "pattern",
-        "metadata": {"type": "pattern", "confidence": 1.0, "pinned": False, "source": SOURCE},
+        "metadata": {"type": "pattern", "confidence": 1.0, "pinned": False, "source": SOURCE,
+                     "text_by": text_by},
     }
     if project_id:
         event["project_id"] = project_id
@@ -194,6 +202,7 @@ def _run(
     state: SynthesisState,
     force: bool,
     cadence_days: float,
+    write_text: WriteText | None = None,
 ) -> RunRecord:
     start = time.perf_counter()
     record = RunRecord(user_id=user_id)
@@ -218,14 +227,21 @@ def _run(
         record.pattern_ids.append(theme.pattern_id)
         old = existing.get(theme.pattern_id)
         if old is not None and old.status == "active" and sorted(old.sources) == sorted(theme.memory_ids) \
-                and old.text == theme.text:
-            record.patterns_unchanged += 1
+                and (old.text == theme.text or old.metadata.get("text_by", "offline") != "offline"):
+            record.patterns_unchanged += 1  # same evidence: a written sentence is not asked for again
             continue
+        text_by = "offline"
+        if write_text is not None:
+            worded = write_text(theme.label, theme.typical or (theme.text,))
+            if worded:
+                theme, text_by = replace(theme, text=worded), "llm"
+            else:
+                record.text_fallbacks += 1
         if old is None:
             record.patterns_written += 1
         else:
             record.patterns_updated += 1
-        record.events.append(pattern_event(theme, now, project_id))
+        record.events.append(pattern_event(theme, now, project_id, text_by))
     found = set(record.pattern_ids)
     standing = {m.memory_id for m in evidence}
     # Additive: a pattern this run did not reproduce stays while its evidence stands (clustering may
@@ -267,10 +283,11 @@ def run_for_user(
     force: bool = False,
     cadence_days: float = CADENCE_DAYS,
     save: bool = True,
+    write_text: WriteText | None = None,
 ) -> RunRecord:
     """One user's synthesis step; `force` skips only the cadence gate. Feed `record.events` to a Processor."""
     memories = list(store.scroll({"user_id": user_id}, with_vectors=True))
-    record = _run(user_id, memories, embed, now, state, force, cadence_days)
+    record = _run(user_id, memories, embed, now, state, force, cadence_days, write_text)
     if save and record.ran:
         state.save()
     return record
@@ -284,6 +301,7 @@ def run_due(
     force: bool = False,
     cadence_days: float = CADENCE_DAYS,
     users: Iterable[str] | None = None,
+    write_text: WriteText | None = None,
 ) -> list[RunRecord]:
     """Every user (or the given ones) whose gates pass at `now`; one record per user looked at."""
     by_user: dict[str, list[Memory]] = defaultdict(list)
@@ -293,7 +311,7 @@ def run_due(
         return []
     for m in store.scroll(where, with_vectors=True):
         by_user[m.user_id].append(m)
-    records = [_run(u, by_user[u], embed, now, state, force, cadence_days) for u in sorted(by_user)]
+    records = [_run(u, by_user[u], embed, now, state, force, cadence_days, write_text) for u in sorted(by_user)]
     if any(r.ran for r in records):
         state.save()
     return records

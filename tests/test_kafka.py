@@ -112,6 +112,10 @@ def test_http_reads_follow_the_three_modes(kafka, worker) -> None:
     asyncio.run(produce(kafka, worker.topics["added"], [orjson.dumps(lisbon), orjson.dumps(berlin)]))
     worker.wait_for(lambda s: s["memories"] >= 2 and s["superseded"] >= 1)
 
+    added = [r for r in worker.consumer_state()["assigned"] if r["topic"] == worker.topics["added"]]
+    assert len(added) == 4 and all(r["fetching"] and not r["paused"] for r in added)
+    assert sum(r["highwater"] or 0 for r in added) >= 2  # both events are on the worker's partitions
+
     read = worker.read
     assert [m["label"] for m in read("user=reader")["memories"]] == ["history", "current"]
     assert [m["memory_id"] for m in read("user=reader&latest_only=1")["memories"]] == ["h2"]

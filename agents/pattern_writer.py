@@ -1,0 +1,53 @@
+"""Optional LLM wording for pattern memories; the offline text of `synthesis.pattern_text` otherwise.
+
+Synthesis finds the theme and its evidence offline either way; only the sentence differs. The model
+gets the theme's memories (most typical first) and must answer `{"pattern": "..."}`: one sentence
+about the person, more general than any single memory, claiming nothing the memories do not say.
+A failed call or an unusable answer keeps the offline text, so a run never fails on the endpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from dreamstream.agents.llm_client import ChatEndpoint, LLMReplyError
+
+SYSTEM_PROMPT = """You write one long-term memory that generalises several short memories about \
+the same person. Answer with JSON only: {"pattern": "<one sentence>"}. The sentence starts with \
+"User", is at most 30 words, states the general pattern the memories share (a routine, a project, \
+an interest, a way of working), is more general than any single memory, and adds nothing the \
+memories do not support. No lists, no quotes of the memories."""
+
+MAX_CHARS = 300
+MAX_EVIDENCE = 12
+"""Memories shown to the model per theme: enough to see the pattern, a bounded prompt."""
+
+
+def check_pattern(data: dict[str, object]) -> str:
+    """The sentence in a reply object, or `LLMReplyError` when it is missing, empty or overlong."""
+    text = data.get("pattern")
+    if not isinstance(text, str) or not text.strip():
+        raise LLMReplyError("reply has no pattern sentence")
+    text = " ".join(text.split())
+    if len(text) > MAX_CHARS:
+        raise LLMReplyError(f"pattern sentence longer than {MAX_CHARS} characters")
+    return text
+
+
+@dataclass(frozen=True)
+class LLMPatternWriter:
+    """Words a theme's pattern through a chat endpoint; `None` means: keep the offline text."""
+
+    endpoint: ChatEndpoint
+    name: str = "llm"
+
+    def messages(self, label: str, texts: Sequence[str]) -> list[dict[str, str]]:
+        lines = [f"Topic hint: {label}", "Memories:"] + [f"- {t}" for t in texts[:MAX_EVIDENCE]]
+        return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n".join(lines)}]
+
+    def __call__(self, label: str, texts: Sequence[str]) -> str | None:
+        try:
+            return check_pattern(self.endpoint.ask_json(self.messages(label, texts)))
+        except Exception:  # noqa: BLE001 - any failure means: keep the offline wording
+            return None
