@@ -177,8 +177,8 @@ class OfflineJudge:
             return v("replaces", fc, "frame_value_change")
         if o.literal_conflict and not cue_new:
             return v("unrelated", 1 - cos, "different_literal")
-        if additive and not change:
-            return v("unrelated", 1 - cos, "additive_cue")
+        if additive and not (change and tf.has_replacing_cue(new.text)):
+            return v("unrelated", 1 - cos, "additive_cue")  # "also started X" adds; "X instead" replaces
         if not change and not value_conflict:
             if cos >= self.same_cos:
                 return v("same", cos, "paraphrase")

@@ -123,6 +123,18 @@ def has_change_cue(text: str, other: str = "") -> bool:
     )
 
 
+_REPLACING = re.compile(
+    r"\b(no longer|not anymore|any ?more|instead|switch\w*|replac\w*|sold|quit|gave up|stopped|left|"
+    r"former(ly)?|previously|used to|moved|relocat\w*|went from|ended)\b"
+)
+
+
+def has_replacing_cue(text: str) -> bool:
+    """A cue that says something old ended ("instead", "no longer", "sold"), not merely that
+    something began ("started", "new"): only these outweigh an additive cue ("also started ...")."""
+    return _REPLACING.search(text.lower()) is not None
+
+
 def has_additive_cue(text: str) -> bool:
     return _ADDITIVE.search(text.lower()) is not None
 

@@ -261,7 +261,8 @@ async def consumer_lag_timer() -> None:
 
 @app.page("/v1/consumer")
 async def consumer_view(web: Any, request: Any) -> Any:
-    """Per assigned partition: highwater, committed offset, paused; to tell a stalled worker from an idle one."""
+    """Per assigned partition: highwater, committed and last read offsets, flow control; to tell a
+    stalled worker from an idle one."""
     consumer = getattr(app, "_consumer", None)
     if consumer is None:
         return aioweb.json_response({"assigned": []})
@@ -270,8 +271,9 @@ async def consumer_view(web: Any, request: Any) -> Any:
     active = set(getattr(consumer, "_active_partitions", None) or ())
     paused = set(getattr(consumer, "_paused_partitions", None) or ())
     buffered = set(getattr(consumer, "_buffered_partitions", None) or ())
+    read: Mapping[Any, int | None] = getattr(consumer, "_read_offset", {})
     rows = [{"topic": tp.topic, "partition": tp.partition, "highwater": consumer.highwater(tp),
-             "committed": committed.get(tp), "fetching": tp in active, "paused": tp in paused,
+             "committed": committed.get(tp), "read": read.get(tp), "fetching": tp in active, "paused": tp in paused,
              "buffer_full": tp in buffered}
             for tp in sorted(consumer.assignment())]
     return aioweb.json_response({"flow_active": bool(getattr(consumer, "flow_active", True)), "assigned": rows})

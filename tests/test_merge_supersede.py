@@ -104,10 +104,16 @@ def test_restatement_merges(mem: Callable[..., Memory]) -> None:
     [
         ("User has a dog named Rex.", "We also adopted a cat called Luna."),
         ("User enjoys hiking.", "Also into pottery."),
+        ("Ana is learning Japanese.", "Ana also started bouldering at the climbing gym."),  # "also" outweighs "started"
     ],
 )
 def test_second_value_of_multivalued_fact_stays(mem: Callable[..., Memory], first: str, second: str) -> None:
     assert ms.decide(mem(second), [mem(first)]) == []
+
+
+def test_a_replacing_cue_outweighs_an_additive_one(mem: Callable[..., Memory]) -> None:
+    [d] = ms.decide(mem("I also drive a Tesla now instead of the Subaru."), [mem("User drives a Subaru Outback.")])
+    assert d.action == "supersede"
 
 
 def test_other_users_memories_are_ignored(mem: Callable[..., Memory]) -> None:

@@ -177,3 +177,12 @@ def test_match_existing_reuses_id_by_evidence_overlap(embed: Embed) -> None:
     assert sum(t.pattern_id == "p-earlier" for t in matched) == 1
     assert all(t.pattern_id != "p-other" and t.pattern_id != "p-unrelated" for t in matched)
     assert syn.match_existing(matched, [stored]) == matched  # a rerun changes nothing
+
+
+def test_restatements_count_once_towards_a_theme(embed: Embed) -> None:
+    """Saying one thing three ways is one piece of evidence, not a pattern of three."""
+    same = ["Called mom on Tuesday evening.", "Had a long call with mom on Tuesday.", "Called my mom on Tuesday night."]
+    distinct = ["Runs about 40 km every week.", "Lifts weights three times a week.", "Tracks workouts on a Garmin."]
+    assert syn.distinct_evidence(np.asarray(embed(same))) < 3
+    assert syn.distinct_evidence(np.asarray(embed(distinct))) == 3
+    assert syn.min_theme_size(20) == 4 and syn.min_theme_size(60) == syn.MAX_MIN_SIZE and syn.min_theme_size(8) == 3
