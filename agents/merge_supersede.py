@@ -161,6 +161,11 @@ class OfflineJudge:
             neg_side = o.only_new if tf.has_negation(new.text) else o.only_old
             if cue_new or not neg_side:
                 return v("replaces", max(cos, fc), "polarity_flip")
+            shorter_left = o.only_old if o.old_len <= o.new_len else o.only_new
+            if (tf.negation_only_in_added_clause(new.text if tf.has_negation(new.text) else old.text)
+                    and cos >= self.contain_cos and len(o.shared) >= 2 and len(shorter_left) <= 1):
+                # "Secrets live in Doppler, never in the repo": the negation is detail of its own.
+                return v("same", cos, "negated_detail")
             return v("unrelated", 1 - cos, "narrowed_negation")
         if fc >= self.frame_same and not change and vals_new == vals_old:
             return v("same", fc, "frame_same_values")

@@ -232,6 +232,25 @@ def has_negation(text: str) -> bool:
     return _NEGATION.search(text.lower()) is not None
 
 
+_CLAUSE = re.compile(r"[,;:(—]|\s-\s|\b(?:and|but|though|although|while|whereas)\b")
+
+
+def negation_only_in_added_clause(text: str) -> bool:
+    """The negation sits in a clause of its own that adds content ("Prefers email, and dislikes
+    unscheduled calls"; "Secrets live in Doppler, never in the repo"): the first clause states the
+    fact positively, so the statement elaborates a positive one rather than reversing it. A tail of
+    bare negation or change words ("..., but not anymore") is a reversal and does not count."""
+    lowered = text.lower()
+    m = _CLAUSE.search(lowered)
+    if m is None:
+        return False
+    head, tail = lowered[: m.start()], lowered[m.end():]
+    if has_negation(head) or not has_negation(tail):
+        return False
+    extra = [w for w in content(tail) if not _NEGATION.fullmatch(w) and not _CHANGE.fullmatch(w)]
+    return len(extra) >= 1 and len(content(head)) >= 2
+
+
 def masked(text: str, drop: frozenset[str]) -> str:
     """The text with the given stems (the words shared with the other memory) removed.
 

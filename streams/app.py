@@ -113,7 +113,11 @@ async def ingest(stream: faust.StreamT) -> None:
             for e in events
         ]
         started = time.perf_counter()
-        result = await on_store_thread(proc.process, items)
+        _runtime["ingest_busy"] = True  # the watchdog leaves partitions alone while a batch is in hand
+        try:
+            result = await on_store_thread(proc.process, items)
+        finally:
+            _runtime["ingest_busy"] = False
         _metrics.observe_batch(result, time.perf_counter() - started)
         await publish(result)
         if result.dead_letters:
@@ -183,3 +187,4 @@ from dreamstream.streams import consolidate_worker as _consolidate_worker  # noq
 from dreamstream.streams import control as _control  # noqa: E402,F401
 from dreamstream.streams import metrics as _metrics  # noqa: E402  (GET /metrics, the lag timer)
 from dreamstream.streams import synthesis_worker as _synthesis_worker  # noqa: E402,F401
+from dreamstream.streams import watchdog as _watchdog  # noqa: E402,F401

@@ -54,6 +54,7 @@ class WorkerProcess:
             "DREAM_HTTP_PORT": str(self.port),
             "DREAM_BATCH_WITHIN": "0.3",
             "DREAM_SESSION_TIMEOUT": "10",  # a killed worker's partitions come back to its restart sooner
+            "DREAM_STALL_SECONDS": "15",
             **(extra_env or {}),
         }
         self.log = workdir / "worker.log"

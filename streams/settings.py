@@ -100,6 +100,8 @@ class Settings:
     session_timeout: float = field(default_factory=lambda: float(_env("DREAM_SESSION_TIMEOUT", "30")))
     """Seconds before the group gives a silent worker's partitions away: a crashed worker's
     replacement waits this long for them (Faust's default is 60)."""
+    stall_seconds: float = field(default_factory=lambda: float(_env("DREAM_STALL_SECONDS", "30")))
+    """An input partition with records waiting and none delivered this long is re-seeked (streams/watchdog.py)."""
     http_host: str = field(default_factory=lambda: _env("DREAM_HTTP_HOST", "127.0.0.1"))
     http_port: int = field(default_factory=lambda: int(_env("DREAM_HTTP_PORT", "6066")))
     synthesis_check_seconds: float = field(default_factory=lambda: float(_env("DREAM_SYNTHESIS_CHECK_SECONDS", "60")))

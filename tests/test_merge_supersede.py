@@ -116,6 +116,20 @@ def test_a_replacing_cue_outweighs_an_additive_one(mem: Callable[..., Memory]) -
     assert d.action == "supersede"
 
 
+def test_a_negated_clause_that_adds_detail_is_a_fuller_statement(mem: Callable[..., Memory]) -> None:
+    """"..., never in the repo" elaborates "Secrets live in Doppler."; it reverses nothing."""
+    bare = mem("Secrets live in Doppler.")
+    [d] = ms.decide(mem("Secrets live only in Doppler, never in the repo or in committed .env files."), [bare])
+    assert d.action == "merge_old" and d.targets == (bare.memory_id,)
+
+
+@pytest.mark.parametrize("new", ["I don't drink coffee anymore.", "I drink coffee, but not anymore."])
+def test_a_reversal_is_still_a_polarity_flip(mem: Callable[..., Memory], new: str) -> None:
+    old = mem("I drink coffee.")
+    [d] = ms.decide(mem(new), [old])
+    assert d.action == "supersede" and d.targets == (old.memory_id,)
+
+
 def test_other_users_memories_are_ignored(mem: Callable[..., Memory]) -> None:
     assert ms.decide(mem("I moved to Berlin."), [mem("User lives in Lisbon.", user="u-2")]) == []
 

@@ -254,3 +254,18 @@ def test_kafka_security_settings_reach_aiokafka(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setenv("DREAM_KAFKA_SECURITY_PROTOCOL", "TLS")
     with pytest.raises(ValueError, match="SECURITY_PROTOCOL"):
         KafkaSecurity()
+
+
+def test_the_watchdog_calls_a_partition_stalled_only_when_behind_and_still() -> None:
+    from dreamstream.streams.watchdog import Progress
+
+    p = Progress(stall_seconds=10)
+    assert p.stalled("tp", highwater=29, read=None, committed=None, now=0) is None  # first look
+    assert p.stalled("tp", highwater=29, read=None, committed=None, now=5) is None  # not long enough
+    assert p.stalled("tp", highwater=29, read=None, committed=None, now=11) == 0    # nothing ever read
+    assert p.stalled("tp", highwater=29, read=None, committed=None, now=15) is None  # the seek gets a period
+    assert p.stalled("tp", highwater=260, read=54, committed=40, now=0) is None
+    assert p.stalled("tp", highwater=260, read=60, committed=40, now=20) is None    # moving: not stalled
+    assert p.stalled("tp", highwater=260, read=60, committed=40, now=31) == 61      # continue after the last read
+    assert p.stalled("done", highwater=30, read=29, committed=30, now=0) is None     # caught up
+    assert p.stalled("done", highwater=30, read=29, committed=30, now=99) is None

@@ -1,0 +1,82 @@
+"""Re-seeks an input partition that has records waiting but stopped delivering them.
+
+Seen here after a worker restart following a SIGKILL (about one run in four of the crash test): a
+partition is assigned, not paused, Faust counts it as fetching, its highwater is ahead, and yet no
+record of it ever reaches the agents (the fetcher sits in `getmany`, no error is logged; upstream
+reports of the same family: faust-streaming issue #175). Seeking the partition to where reading
+should continue makes the driver fetch it again. Redelivery is safe: ingest is idempotent on
+memory_id. `GET /v1/consumer` shows the same state by hand; `dreamstream_partition_reseeks_total`
+counts what this did.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import Counter
+
+from dreamstream.streams.app import _runtime, app, settings
+
+log = logging.getLogger("dreamstream.watchdog")
+
+RESEEKS = Counter("dreamstream_partition_reseeks_total",
+                  "Input partitions re-seeked after records waited without being delivered.", ["topic"])
+
+
+@dataclass
+class Progress:
+    """Per partition: the last read offset seen and since when it has not moved while behind."""
+
+    stall_seconds: float
+    seen: dict[Any, tuple[int | None, float]] = field(default_factory=dict)
+
+    def stalled(self, tp: Any, highwater: int | None, read: int | None, committed: int | None,
+                now: float) -> int | None:
+        """The offset to seek `tp` to when it is stalled, else None.
+
+        Behind: the highwater (next offset to be written) is past the next offset to read, which is
+        read + 1, else the committed offset, else 0. Stalled: behind with the same read offset for
+        `stall_seconds`."""
+        next_offset = read + 1 if read is not None else (committed or 0)
+        if highwater is None or highwater <= next_offset:
+            self.seen.pop(tp, None)
+            return None
+        last = self.seen.get(tp)
+        if last is None or last[0] != read:
+            self.seen[tp] = (read, now)
+            return None
+        if now - last[1] < self.stall_seconds:
+            return None
+        self.seen[tp] = (read, now)  # give the seek a full period before judging again
+        return next_offset
+
+
+_progress = Progress(stall_seconds=settings.stall_seconds)
+
+
+@app.timer(interval=max(1.0, settings.stall_seconds / 3))
+async def partition_watchdog() -> None:
+    consumer = getattr(app, "_consumer", None)
+    if consumer is None or "processor" not in _runtime or _runtime.get("ingest_busy"):
+        return
+    try:
+        inputs = {settings.topics.memory_added, settings.topics.patterns}
+        committed = getattr(consumer, "_committed_offset", {})
+        read = getattr(consumer, "_read_offset", {})
+        full = set(getattr(consumer, "_buffered_partitions", None) or ())  # paused by flow control: not stalled
+        now = time.monotonic()
+        for tp in consumer.assignment():
+            if tp.topic not in inputs or tp in full:
+                continue
+            target = _progress.stalled(tp, consumer.highwater(tp), read.get(tp), committed.get(tp), now)
+            if target is None:
+                continue
+            log.warning("partition %s-%d: records up to %s waiting, none delivered for %.0fs: seeking to %d",
+                        tp.topic, tp.partition, consumer.highwater(tp), settings.stall_seconds, target)
+            RESEEKS.labels(tp.topic).inc()
+            await consumer.seek(tp, target)
+    except Exception:  # a timer that raises crashes the worker; the next tick looks again
+        log.exception("partition watchdog failed")
