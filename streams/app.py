@@ -113,11 +113,7 @@ async def ingest(stream: faust.StreamT) -> None:
             for e in events
         ]
         started = time.perf_counter()
-        _runtime["ingest_busy"] = True  # the watchdog leaves partitions alone while a batch is in hand
-        try:
-            result = await on_store_thread(proc.process, items)
-        finally:
-            _runtime["ingest_busy"] = False
+        result = await on_store_thread(proc.process, items)
         _metrics.observe_batch(result, time.perf_counter() - started)
         await publish(result)
         if result.dead_letters:
@@ -133,6 +129,12 @@ async def flush_store() -> None:
 
 @app.page("/healthz")
 async def healthz(web: Any, request: Any) -> Any:
+    """Liveness: 503 when the partition watchdog found input it cannot get delivered (streams/watchdog.py)."""
+    from dreamstream.streams.watchdog import stalled_partitions
+
+    stalled = stalled_partitions()
+    if stalled:
+        return aioweb.json_response({"status": "stalled", "partitions": stalled}, status=503)
     return aioweb.json_response({"status": "ok", "ready": "processor" in _runtime})
 
 

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -59,6 +60,8 @@ class WorkerProcess:
         }
         self.log = workdir / "worker.log"
         self.proc: subprocess.Popen[bytes] | None = None
+        self.restarts = 0
+        """Restarts `wait_for` made as a supervisor would, on a failing /healthz (streams/watchdog.py)."""
 
     def start(self, timeout: float = 120) -> None:
         dream = str(Path(sys.executable).with_name("dream"))
@@ -79,6 +82,16 @@ class WorkerProcess:
     def stats(self) -> dict[str, Any]:
         return self._get("/v1/stats")
 
+    def stalled(self) -> bool:
+        """/healthz answers 503 "stalled": the worker asks to be restarted."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=2):
+                return False
+        except urllib.error.HTTPError as exc:
+            return exc.code == 503
+        except OSError:
+            return False
+
     def consumer_state(self) -> dict[str, Any]:
         """The worker's /v1/consumer view (assignment, offsets, flow control), for failure messages."""
         return self._get("/v1/consumer")
@@ -90,15 +103,23 @@ class WorkerProcess:
 
     def wait_for(self, pred: Callable[[dict[str, Any]], bool], timeout: float = 120) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
+        checked = time.monotonic()
         while time.monotonic() < deadline:
             if self.proc is None or self.proc.poll() is not None:
                 raise RuntimeError("worker exited; log tail:\n" + self.log.read_text(errors="replace")[-3000:])
             s = self.stats()
             if s and pred(s):
                 return s
+            if time.monotonic() - checked > 2:
+                checked = time.monotonic()
+                if self.stalled():  # what a liveness probe does: restart, then keep waiting
+                    self.restarts += 1
+                    self.stop()
+                    self.start()
+                    deadline = max(deadline, time.monotonic() + 60)
             time.sleep(0.3)
-        raise TimeoutError(f"worker did not get there in {timeout}s; last stats {self.stats()}; "
-                           f"consumer {self.consumer_state()}")
+        raise TimeoutError(f"worker did not get there in {timeout}s ({self.restarts} restarts); last stats "
+                           f"{self.stats()}; consumer {self.consumer_state()}")
 
     def kill(self) -> None:
         """SIGKILL: no shutdown hooks, no final commit — the crash case."""

@@ -3,14 +3,17 @@
 Seen here after a worker restart following a SIGKILL (about one run in four of the crash test): a
 partition is assigned, not paused, Faust counts it as fetching, its highwater is ahead, and yet no
 record of it ever reaches the agents (the fetcher sits in `getmany`, no error is logged; upstream
-reports of the same family: faust-streaming issue #175). Seeking the partition to where reading
-should continue makes the driver fetch it again. Redelivery is safe: ingest is idempotent on
-memory_id. `GET /v1/consumer` shows the same state by hand; `dreamstream_partition_reseeks_total`
-counts what this did.
+reports of the same family: faust-streaming issue #175). The watchdog first seeks the partition
+to where reading should continue; when that does not bring records within another period (or the
+seek itself does not return), the driver is wedged, and `/healthz` turns unhealthy (503) so the
+supervisor (the Kubernetes liveness probe, or the test harness) restarts the worker. Either way
+redelivery is safe: ingest is idempotent on memory_id. `GET /v1/consumer` shows the same state by
+hand; `dreamstream_partition_reseeks_total` counts the seeks.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
@@ -55,12 +58,28 @@ class Progress:
 
 
 _progress = Progress(stall_seconds=settings.stall_seconds)
+_reseeked: dict[Any, tuple[asyncio.Future[Any], set[int | None]]] = {}
+"""Partition -> the seek in flight and the read offsets that mean "nothing arrived since" (before the
+seek, and what the seek sets). The seek runs as its own task: it has been seen not to return, and a
+timer awaiting it would stop ticking."""
+
+
+def stalled_partitions() -> list[str]:
+    """Partitions a re-seek did not heal: /healthz reports them and fails."""
+    return sorted(_runtime.get("stalled", ()))
+
+
+def _wedged(tp: Any, why: str) -> None:
+    name = f"{tp.topic}-{tp.partition}"
+    if name not in _runtime.setdefault("stalled", set()):
+        log.error("partition %s still delivers nothing (%s): /healthz now fails so the worker is restarted", name, why)
+    _runtime["stalled"].add(name)
 
 
 @app.timer(interval=max(1.0, settings.stall_seconds / 3))
 async def partition_watchdog() -> None:
     consumer = getattr(app, "_consumer", None)
-    if consumer is None or "processor" not in _runtime or _runtime.get("ingest_busy"):
+    if consumer is None or "processor" not in _runtime:
         return
     try:
         inputs = {settings.topics.memory_added, settings.topics.patterns}
@@ -74,9 +93,13 @@ async def partition_watchdog() -> None:
             target = _progress.stalled(tp, consumer.highwater(tp), read.get(tp), committed.get(tp), now)
             if target is None:
                 continue
+            if tp in _reseeked and read.get(tp) in _reseeked[tp][1]:
+                seek = _reseeked[tp][0]
+                _wedged(tp, "a re-seek did not help" if seek.done() else "the seek did not return")
+                continue
             log.warning("partition %s-%d: records up to %s waiting, none delivered for %.0fs: seeking to %d",
                         tp.topic, tp.partition, consumer.highwater(tp), settings.stall_seconds, target)
             RESEEKS.labels(tp.topic).inc()
-            await consumer.seek(tp, target)
+            _reseeked[tp] = (asyncio.ensure_future(consumer.seek(tp, target)), {read.get(tp), target or None})
     except Exception:  # a timer that raises crashes the worker; the next tick looks again
         log.exception("partition watchdog failed")
