@@ -35,6 +35,7 @@ class Progress:
 
     stall_seconds: float
     seen: dict[Any, tuple[int | None, float]] = field(default_factory=dict)
+    highwaters: dict[Any, int] = field(default_factory=dict)
 
     def stalled(self, tp: Any, highwater: int | None, read: int | None, committed: int | None,
                 now: float) -> int | None:
@@ -43,6 +44,10 @@ class Progress:
         Behind: the highwater (next offset to be written) is past the next offset to read, which is
         read + 1, else the committed offset, else 0. Stalled: behind with the same read offset for
         `stall_seconds`."""
+        if highwater is None:  # the driver forgets it on a seek until a fetch answers: keep the last one
+            highwater = self.highwaters.get(tp)
+        else:
+            self.highwaters[tp] = highwater
         next_offset = read + 1 if read is not None else (committed or 0)
         if highwater is None or highwater <= next_offset:
             self.seen.pop(tp, None)

@@ -269,3 +269,6 @@ def test_the_watchdog_calls_a_partition_stalled_only_when_behind_and_still() -> 
     assert p.stalled("tp", highwater=260, read=60, committed=40, now=31) == 61      # continue after the last read
     assert p.stalled("done", highwater=30, read=29, committed=30, now=0) is None     # caught up
     assert p.stalled("done", highwater=30, read=29, committed=30, now=99) is None
+    # After a seek the driver reports no highwater until a fetch answers: the last one still counts.
+    assert p.stalled("seeked", highwater=29, read=None, committed=None, now=0) is None
+    assert p.stalled("seeked", highwater=None, read=None, committed=None, now=11) == 0
