@@ -4,8 +4,8 @@ Seen here after a worker restart following a SIGKILL (about one run in four of t
 partition is assigned, not paused, Faust counts it as fetching, its highwater is ahead, and yet no
 record of it ever reaches the agents (the fetcher sits in `getmany`, no error is logged; upstream
 reports of the same family: faust-streaming issue #175). The watchdog first seeks the partition
-to where reading should continue; when that does not bring records within another period (or the
-seek itself does not return), the driver is wedged, and `/healthz` turns unhealthy (503) so the
+to where reading should continue (the driver then fetches it afresh: seen to heal it here); when
+that brings nothing within another period, the driver is wedged, and `/healthz` turns unhealthy (503) so the
 supervisor (the Kubernetes liveness probe, or the test harness) restarts the worker. Either way
 redelivery is safe: ingest is idempotent on memory_id. `GET /v1/consumer` shows the same state by
 hand; `dreamstream_partition_reseeks_total` counts the seeks.
@@ -64,9 +64,8 @@ class Progress:
 
 _progress = Progress(stall_seconds=settings.stall_seconds)
 _reseeked: dict[Any, tuple[asyncio.Future[Any], set[int | None]]] = {}
-"""Partition -> the seek in flight and the read offsets that mean "nothing arrived since" (before the
-seek, and what the seek sets). The seek runs as its own task: it has been seen not to return, and a
-timer awaiting it would stop ticking."""
+"""Partition -> the seek and the read offsets that mean "nothing arrived since" (before the seek, and
+what the seek sets). The seek runs as a task of its own, so a slow one never holds up the timer."""
 
 
 def stalled_partitions() -> list[str]:
@@ -92,7 +91,10 @@ async def partition_watchdog() -> None:
         read = getattr(consumer, "_read_offset", {})
         full = set(getattr(consumer, "_buffered_partitions", None) or ())  # paused by flow control: not stalled
         now = time.monotonic()
-        for tp in consumer.assignment():
+        assigned = consumer.assignment()
+        for gone in set(_reseeked) - set(assigned):  # moved to another worker: a fresh start if it returns
+            _reseeked.pop(gone)
+        for tp in assigned:
             if tp.topic not in inputs or tp in full:
                 continue
             target = _progress.stalled(tp, consumer.highwater(tp), read.get(tp), committed.get(tp), now)
