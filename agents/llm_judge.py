@@ -49,6 +49,9 @@ class LLMJudge:
     name: str = "llm"
     _cache: OrderedDict[str, dict[str, Any]] = field(default_factory=OrderedDict, init=False, repr=False)
 
+    def __post_init__(self) -> None:
+        self._endpoint = ChatEndpoint(self.base_url, self.model, self.api_key, self.timeout_s)
+
     # -- Judge protocol ---------------------------------------------------------------------------
     def judge(self, new: Memory, candidates: Sequence[Memory]) -> list[Verdict]:
         base = self.fallback.judge(new, candidates)
@@ -87,8 +90,7 @@ class LLMJudge:
         if key in self._cache:
             self._cache.move_to_end(key)
             return self._cache[key]
-        endpoint = ChatEndpoint(self.base_url, self.model, self.api_key, self.timeout_s)
-        reply = check_reply(endpoint.ask_json(messages), len(cands))
+        reply = check_reply(self._endpoint.ask_json(messages), len(cands))
         self._cache[key] = reply
         if len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)

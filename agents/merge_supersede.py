@@ -274,7 +274,7 @@ def set_default_judge(judge: Judge | None) -> None:
     _DEFAULT = judge
 
 
-def _packaged_embedder() -> Embedder | None:
+def packaged_embedder() -> Embedder | None:
     """The process's shared MiniLM model (the one that embedded the memories), for frame embeddings.
 
     Imported lazily so this module stays importable, and usable from stored vectors alone, without it."""
@@ -289,5 +289,5 @@ def decide(new: Memory, candidates: Sequence[Memory]) -> list[Decision]:
     """The pipeline entry point: decisions for `new` against the user's active `candidates`."""
     global _DEFAULT
     if _DEFAULT is None:
-        _DEFAULT = OfflineJudge(embedder=_packaged_embedder())
+        _DEFAULT = OfflineJudge(embedder=packaged_embedder())
     return decide_with(_DEFAULT, new, candidates)

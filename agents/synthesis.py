@@ -23,6 +23,8 @@ from datetime import datetime, timedelta
 
 import numpy as np
 from scipy.cluster.hierarchy import fcluster, linkage
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import connected_components
 from scipy.spatial.distance import squareform
 
 from dreamstream.schemas.memory import Memory
@@ -408,19 +410,8 @@ def _groups(sim: np.ndarray, threshold: float) -> list[list[int]]:
 
 def distinct_evidence(vectors: np.ndarray) -> int:
     """How many separate things a group says: members joined by restatement-close pairs count once."""
-    n = len(vectors)
-    parent = list(range(n))
-
-    def root(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    close = np.argwhere(np.triu(vectors @ vectors.T, 1) >= RESTATEMENT_COS)
-    for i, j in close:
-        parent[root(int(i))] = root(int(j))
-    return len({root(i) for i in range(n)})
+    n_parts, _ = connected_components(csr_matrix(vectors @ vectors.T >= RESTATEMENT_COS), directed=False)
+    return int(n_parts)
 
 
 def find_themes(user_memories: Sequence[Memory], embed: Embed) -> list[Theme]:

@@ -16,6 +16,7 @@ from faust.cli import AppCommand, argument, option
 
 from dreamstream.streams import reads
 from dreamstream.streams.app import app, settings
+from dreamstream.streams.judges import pattern_writer_from_settings
 
 store_option = option("--store", "store_dir", default=None, help="Embedded store folder (default: $DREAM_STORE).")
 mode_options = (
@@ -73,7 +74,8 @@ async def replay(self: AppCommand, file: Path, store_dir: str | None, dead_path:
 
             state = cli_synthesis.state_for(store_dir)
             summary = cli_synthesis.replay_with_synthesis(file, store, state, batch_size=batch_size,
-                                                          dead_path=dead_path, write_text=cli_synthesis._writer())
+                                                          dead_path=dead_path,
+                                                          write_text=pattern_writer_from_settings(settings))
         else:
             summary = replay_file(file, store, dead_path=dead_path, batch_size=batch_size)
     finally:

@@ -17,6 +17,7 @@ from faust.cli import AppCommand, argument, option
 
 from dreamstream.streams import synthesis_runner as runner
 from dreamstream.streams.app import app, settings
+from dreamstream.streams.judges import pattern_writer_from_settings
 from dreamstream.streams.pipeline import BatchResult, Incoming, Processor
 from dreamstream.streams.replay import ReplaySummary, replay_file
 from dreamstream.streams.store import MemoryStore
@@ -35,13 +36,6 @@ def state_for(store_dir: str | None) -> runner.SynthesisState:
     """The offline synthesis state of a store (the worker keeps its own in Kafka tables)."""
     directory = store_dir or settings.store_dir
     return runner.SynthesisState.load(runner.state_path(directory, server=bool(settings.qdrant_url)))
-
-
-def _writer() -> runner.WriteText | None:
-    """The pattern writer DREAM_SYNTHESIS_TEXT chooses (None: offline wording)."""
-    from dreamstream.streams.judges import pattern_writer_from_settings
-
-    return pattern_writer_from_settings(settings)
 
 
 def feed(processor: Processor, records: list[runner.RunRecord], source: str = "synthesis") -> BatchResult:
@@ -94,7 +88,8 @@ async def synthesize(self: AppCommand, store_dir: str | None, user: str | None, 
     embed = shared_embedder()
     try:
         records = runner.run_due(store, embed, runner._now(), state, force=now,
-                                 users=[user] if user else None, write_text=_writer())
+                                 users=[user] if user else None,
+                                 write_text=pattern_writer_from_settings(settings))
         if user and not records:
             records = [runner.RunRecord(user_id=user, reason="no memories")]
         feed(Processor(store, embed), records)

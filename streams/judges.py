@@ -9,7 +9,7 @@ A misconfiguration is an error at start, not a silent fall back to the offline j
 from __future__ import annotations
 
 from dreamstream.agents.llm_client import ChatEndpoint
-from dreamstream.agents.merge_supersede import Judge, OfflineJudge
+from dreamstream.agents.merge_supersede import Judge, OfflineJudge, packaged_embedder
 from dreamstream.agents.pattern_writer import LLMPatternWriter
 from dreamstream.streams.settings import Settings
 
@@ -28,32 +28,6 @@ def _endpoint(s: Settings, what: str) -> ChatEndpoint:
     return ChatEndpoint(s.llm_url, s.llm_model, s.llm_api_key, s.llm_timeout)
 
 
-def offline_judge() -> OfflineJudge:
-    from dreamstream.streams.embedding import shared_embedder
-
-    return OfflineJudge(embedder=shared_embedder())
-
-
-def judge_from_settings(s: Settings) -> Judge | None:
-    """The configured judge, or None for the default offline one (built lazily by `decide`)."""
-    name = s.judge.strip().lower()
-    if name == "offline":
-        return None
-    if name == "nli":
-        if not s.nli_model:
-            raise JudgeConfigError("DREAM_JUDGE=nli needs DREAM_NLI_MODEL (a local CrossEncoder NLI model folder)")
-        from dreamstream.agents.nli_judge import NLIJudge
-
-        return NLIJudge.from_path(s.nli_model, fallback=offline_judge())
-    if name == "llm":
-        from dreamstream.agents.llm_judge import LLMJudge
-
-        ep = _endpoint(s, "DREAM_JUDGE=llm")
-        return LLMJudge(base_url=ep.base_url, model=ep.model, api_key=ep.api_key, timeout_s=ep.timeout_s,
-                        fallback=offline_judge())
-    raise JudgeConfigError(f"DREAM_JUDGE={s.judge!r}: expected one of {', '.join(JUDGES)}")
-
-
 def check_settings(s: Settings) -> None:
     """Raise `JudgeConfigError` now for what would fail later, without loading any model."""
     judge, text = s.judge.strip().lower(), s.synthesis_text.strip().lower()
@@ -69,11 +43,36 @@ def check_settings(s: Settings) -> None:
         _endpoint(s, "DREAM_SYNTHESIS_TEXT=llm")
 
 
-def pattern_writer_from_settings(s: Settings) -> LLMPatternWriter | None:
-    """The configured pattern writer, or None for the offline wording."""
-    name = s.synthesis_text.strip().lower()
+_built: dict[tuple[object, ...], Judge] = {}
+"""Judges by configuration: every Processor of the process (ingest, a consolidation pass, a synthesis
+feed) shares one, so an NLI model is loaded once and the LLM judge's reply cache is kept."""
+
+
+def judge_from_settings(s: Settings) -> Judge | None:
+    """The configured judge, or None for the default offline one (built lazily by `decide`)."""
+    check_settings(s)
+    name = s.judge.strip().lower()
     if name == "offline":
         return None
-    if name == "llm":
-        return LLMPatternWriter(_endpoint(s, "DREAM_SYNTHESIS_TEXT=llm"))
-    raise JudgeConfigError(f"DREAM_SYNTHESIS_TEXT={s.synthesis_text!r}: expected one of {', '.join(TEXT_WRITERS)}")
+    key = (name, s.nli_model, s.llm_url, s.llm_model, s.llm_api_key, s.llm_timeout)
+    if key not in _built:
+        fallback = OfflineJudge(embedder=packaged_embedder())
+        if name == "nli":
+            from dreamstream.agents.nli_judge import NLIJudge
+
+            _built[key] = NLIJudge.from_path(str(s.nli_model), fallback=fallback)
+        else:
+            from dreamstream.agents.llm_judge import LLMJudge
+
+            ep = _endpoint(s, "DREAM_JUDGE=llm")
+            _built[key] = LLMJudge(base_url=ep.base_url, model=ep.model, api_key=ep.api_key,
+                                   timeout_s=ep.timeout_s, fallback=fallback)
+    return _built[key]
+
+
+def pattern_writer_from_settings(s: Settings) -> LLMPatternWriter | None:
+    """The configured pattern writer, or None for the offline wording."""
+    check_settings(s)
+    if s.synthesis_text.strip().lower() == "offline":
+        return None
+    return LLMPatternWriter(_endpoint(s, "DREAM_SYNTHESIS_TEXT=llm"))

@@ -39,6 +39,7 @@ from dreamstream.streams.app import (
     processor,
     settings,
 )
+from dreamstream.streams.judges import pattern_writer_from_settings
 
 log = logging.getLogger("dreamstream.synthesis")
 
@@ -155,22 +156,10 @@ def run_user(user: str, state: dict[str, Any], now: str) -> tuple[runner.RunReco
     proc = app_processor()
     sstate = runner.SynthesisState(projects=project_settings(), users={user: dict(state)})
     record = runner.run_for_user(proc.store, proc.embed, user, now, sstate,
-                                 cadence_days=settings.synthesis_cadence_days, write_text=_writer())
+                                 cadence_days=settings.synthesis_cadence_days,
+                                 write_text=pattern_writer_from_settings(settings))
     runner.apply(proc.store, [record])
     return record, sstate.users.get(user) or {}
-
-
-_writers: dict[str, Any] = {}
-
-
-def _writer() -> runner.WriteText | None:
-    """DREAM_SYNTHESIS_TEXT's pattern writer, built once (None: offline wording)."""
-    if "writer" not in _writers:
-        from dreamstream.streams.judges import pattern_writer_from_settings
-
-        _writers["writer"] = pattern_writer_from_settings(settings)
-    writer: runner.WriteText | None = _writers["writer"]
-    return writer
 
 
 def app_processor() -> Any:
