@@ -15,7 +15,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
 KAFKA_PORT = int(os.environ.get("DREAM_KAFKA_PORT", "9092"))
 
 

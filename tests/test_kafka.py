@@ -17,16 +17,18 @@ import pytest
 from dreamstream.streams.localrun import WorkerProcess, consume_all, produce
 from dreamstream.streams.replay import export_rows, replay_file
 from dreamstream.streams.store import EdgeStore
-from tests.conftest import SHARED
+from tests.conftest import ROOT
 from tests.helpers import comparable
 
 pytestmark = pytest.mark.kafka
-DEV = SHARED / "bench" / "dev" / "events.jsonl"
+CASE = ROOT / "bench" / "cases" / "heldout" / "events.jsonl"
+"""The project's own labelled case: the tests need nothing from outside the checkout."""
 
 
-def sample_events(n_users: int = 4) -> list[bytes]:
-    """All events of a few dev users, in file order: supersede chains, merges and negatives."""
-    lines = DEV.read_bytes().splitlines()
+def sample_events(n_users: int = 12) -> list[bytes]:
+    """All events of a few users of the held-out case, in file order: supersede chains, merges and
+    hard negatives (12 users: about 250 events)."""
+    lines = CASE.read_bytes().splitlines()
     users: list[str] = []
     for raw in lines:
         uid = orjson.loads(raw)["user_id"]

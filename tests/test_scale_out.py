@@ -31,9 +31,10 @@ pytestmark = [
 
 
 def events(unique: str) -> list[bytes]:
-    """The dev events of eight users, under ids of this run only (the server's collection is shared)."""
+    """The events of 24 users of the held-out case, under ids of this run only (the server's collection
+    is shared)."""
     out = []
-    for raw in sample_events(n_users=8):
+    for raw in sample_events(n_users=24):
         e = orjson.loads(raw)
         for key in ("user_id", "memory_id", "event_id"):
             e[key] = f"{e[key]}-{unique}"
