@@ -64,6 +64,11 @@ CONSOLIDATION_RUNS = Counter("dreamstream_consolidation_runs_total", "Consolidat
                              ["kind", "status"])
 CONSOLIDATION_SECONDS = Histogram("dreamstream_consolidation_run_duration_seconds",
                                   "Duration of consolidation passes.", ["kind"], buckets=SLOW_BUCKETS)
+INPUT_NOT_TAKEN = Counter(
+    "dreamstream_input_records_not_taken_total",
+    "Input records ingest did not store on arrival: `skip` (already stored), `seek` and `drop` (past records "
+    "never delivered: read again), `revoked` (fetched before a rebalance), `store_failed` (batch read again).",
+    ["reason"])
 CONTROL = Counter("dreamstream_control_commands_total", "Commands on the control topic by command and outcome.",
                   ["command", "outcome"])
 
@@ -74,6 +79,7 @@ PATTERN_CHANGES = ("written", "updated", "unchanged", "retired")
 CONTROL_OUTCOMES = ("ok", "error", "rejected")
 CONSOLIDATION_KINDS = ("dry_run", "auto", "approve")
 CONSOLIDATION_STATUSES = ("ok", "error")
+NOT_TAKEN_REASONS = ("skip", "seek", "drop", "revoked", "store_failed")
 
 
 def _initialise() -> None:
@@ -90,6 +96,8 @@ def _initialise() -> None:
         for outcome in CONTROL_OUTCOMES:
             CONTROL.labels(command, outcome)
     CONTROL.labels("invalid", "rejected")
+    for reason in NOT_TAKEN_REASONS:
+        INPUT_NOT_TAKEN.labels(reason)
     for kind in CONSOLIDATION_KINDS:
         CONSOLIDATION_SECONDS.labels(kind)
         for status in CONSOLIDATION_STATUSES:
@@ -119,6 +127,10 @@ def observe_batch(result: BatchResult, seconds: float) -> None:
         EMBED_SECONDS.observe(result.embed_seconds)
     for lag in result.lags:
         E2E_LAG.observe(max(0.0, lag))
+
+
+def input_record(reason: str, n: int = 1) -> None:
+    INPUT_NOT_TAKEN.labels(reason).inc(n)
 
 
 def decisions_by_judge(result: BatchResult) -> Tally[tuple[str, str]]:

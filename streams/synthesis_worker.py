@@ -11,9 +11,9 @@ here waits for `on_window_close`. Instead:
   whose cadence has elapsed, runs the pure synthesis step on the store thread, sends the pattern
   events to `memory.patterns` (ingest stores them like any event) and a run record to
   `dream.synthesis.runs`;
-- the same agent applies each run record back to the per-user table, so every table write happens in
-  stream iteration of a co-partitioned topic, and the state survives restarts and rebalances in the
-  table's changelog.
+- `synthesis_runs_applied` applies each run record back to the per-user table, so every table write
+  happens in stream iteration of a co-partitioned topic, and the state survives restarts and
+  rebalances in the table's changelog.
 
 Which projects have synthesis on is a global table written by the ops control agent (`control.py`).
 """
@@ -45,8 +45,8 @@ log = logging.getLogger("dreamstream.synthesis")
 
 runs_topic = app.topic(settings.topics.synthesis_runs, partitions=settings.topics.partitions,
                        key_type=bytes, value_type=bytes)
-bookkeeping_channel = app.topic(settings.topics.memory_added, settings.topics.synthesis_runs,
-                                key_type=bytes, value_type=bytes)
+bookkeeping_channel = app.topic(settings.topics.memory_added, key_type=bytes, value_type=bytes, acks=False)
+"""Acks off, like ingest's: `memory.added` offsets are committed by ingest alone, after the store write."""
 
 projects_table = app.GlobalTable("synthesis-projects", default=None, partitions=1)
 """project_id (or `_default`) -> {"enabled": bool, "boundary": ISO time}; written by the control agent."""
@@ -86,37 +86,50 @@ def due(state: dict[str, Any], now: str, cadence_days: float) -> bool:
 
 @app.agent(bookkeeping_channel, concurrency=1)
 async def synthesis_bookkeeping(stream: faust.StreamT) -> None:
-    """Counts per user (memory.added) and applies run records (dream.synthesis.runs) to the user table."""
+    """Counts, per user, the facts and the eligible memories that `memory.added` brings."""
     async for event in stream.events():
         try:
             body = orjson.loads(event.value)
             if not isinstance(body, dict) or not isinstance(body.get("user_id"), str):
                 continue  # the ingest agent dead-letters what is malformed
+            if body.get("type") != "memory.added":
+                continue
+            try:
+                parse_memory_event(event.value)
+            except InvalidEvent:
+                continue  # dead-lettered by ingest: never stored, so never counted
             user = body["user_id"]
             state = dict(users_table.get(user) or {})
-            if event.message.topic == settings.topics.synthesis_runs:
-                _inflight.pop(user, None)
-                state["checked"] = body.get("eligible_seen", state.get("checked", 0))
-                if body.get("ran"):
-                    state["last_run"] = body["now"]
-                    state["evidence_used"] = body.get("evidence_used", [])
-            elif body.get("type") == "memory.added":
-                try:
-                    parse_memory_event(event.value)
-                except InvalidEvent:
-                    continue  # dead-lettered by ingest: never stored, so never counted
-                state["last_event_at"] = time.time()
-                state["partition"] = event.message.partition
-                if body.get("kind", "fact") == "fact":
-                    state["facts"] = state.get("facts", 0) + 1
-                if counts_as_eligible(body, project_settings()):
-                    state["eligible"] = state.get("eligible", 0) + 1
-                    eligible_window[user] += 1
-            else:
-                continue
+            state["last_event_at"] = time.time()
+            state["partition"] = event.message.partition
+            if body.get("kind", "fact") == "fact":
+                state["facts"] = state.get("facts", 0) + 1
+            if counts_as_eligible(body, project_settings()):
+                state["eligible"] = state.get("eligible", 0) + 1
+                eligible_window[user] += 1
             users_table[user] = state  # reassign: only a set reaches the changelog
         except Exception:  # a bad record must not stop the partition
             log.exception("synthesis bookkeeping failed for one record")
+
+
+@app.agent(runs_topic, concurrency=1)
+async def synthesis_runs_applied(stream: faust.StreamT) -> None:
+    """Applies each run record (dream.synthesis.runs, co-partitioned by user_id) to the user's state."""
+    async for event in stream.events():
+        try:
+            body = orjson.loads(event.value)
+            if not isinstance(body, dict) or not isinstance(body.get("user_id"), str):
+                continue
+            user = body["user_id"]
+            _inflight.pop(user, None)
+            state = dict(users_table.get(user) or {})
+            state["checked"] = body.get("eligible_seen", state.get("checked", 0))
+            if body.get("ran"):
+                state["last_run"] = body["now"]
+                state["evidence_used"] = body.get("evidence_used", [])
+            users_table[user] = state
+        except Exception:
+            log.exception("could not apply a synthesis run record")
 
 
 def recent_eligible(user: str, days: int) -> int:

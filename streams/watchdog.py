@@ -7,8 +7,10 @@ reports of the same family: faust-streaming issue #175). The watchdog first seek
 to where reading should continue (the driver then fetches it afresh: seen to heal it here); when
 that brings nothing within another period, the driver is wedged, and `/healthz` turns unhealthy (503) so the
 supervisor (the Kubernetes liveness probe, or the test harness) restarts the worker. Either way
-redelivery is safe: ingest is idempotent on memory_id. `GET /v1/consumer` shows the same state by
-hand; `dreamstream_partition_reseeks_total` counts the seeks.
+redelivery is safe: ingest is idempotent on memory_id. A partition that ingest seeked back to records
+it was never given (streams/offsets.py) is treated the same when they have not come after two
+periods. `GET /v1/consumer` shows the same state by hand; `dreamstream_partition_reseeks_total`
+counts the seeks.
 """
 
 from __future__ import annotations
@@ -86,6 +88,10 @@ async def partition_watchdog() -> None:
     if consumer is None or "processor" not in _runtime:
         return
     try:
+        ledger = _runtime.get("ledger")
+        if ledger is not None:
+            for tp in ledger.unanswered(time.monotonic(), after=2 * settings.stall_seconds):
+                _wedged(tp, "records were not delivered and seeking back to them brought nothing")
         inputs = {settings.topics.memory_added, settings.topics.patterns}
         committed = getattr(consumer, "_committed_offset", {})
         read = getattr(consumer, "_read_offset", {})
