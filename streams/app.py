@@ -236,6 +236,16 @@ async def ingest(stream: faust.StreamT) -> None:
             log.warning("batch of %d: %d dead letters", len(items), len(result.dead_letters))
 
 
+@app.on_before_shutdown.connect
+async def on_shutdown(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+    """Stops the gap probe's consumer and flushes the store (on its thread, after any write in flight)."""
+    probe = _runtime.pop("probe", None)
+    if probe is not None:
+        await probe.stop()
+    if "processor" in _runtime:
+        await on_store_thread(_runtime["processor"].store.flush)
+
+
 @app.timer(interval=5.0)
 async def flush_store() -> None:
     """Edge stores persist on flush; the WAL covers the time between."""

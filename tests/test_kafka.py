@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import subprocess
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -125,3 +126,38 @@ def test_http_reads_follow_the_three_modes(kafka, worker) -> None:
     with pytest.raises(urllib.error.HTTPError) as info:
         read("latest_only=1")
     assert info.value.code == 400
+
+
+def test_transactional_producers_offset_gaps_are_passed_over_not_waited_on(kafka, worker) -> None:
+    """Each transaction's commit marker takes an offset that holds no record: ingest asks the log,
+    passes over it and stores every event, in order, without a seek loop or a stall."""
+    from aiokafka import AIOKafkaProducer
+
+    records = sample_events(n_users=2)
+
+    async def produce_in_transactions() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=kafka, transactional_id=f"tx-{worker.topics['added']}")
+        await producer.start()
+        try:
+            for raw in records:
+                async with producer.transaction():
+                    await producer.send(worker.topics["added"], raw, key=orjson.loads(raw)["user_id"].encode())
+        finally:
+            await producer.stop()
+
+    worker.start()
+    asyncio.run(produce_in_transactions())
+    worker.wait_for(lambda s: s["memories"] >= len(records))
+    added = [r for r in worker.consumer_state()["assigned"] if r["topic"] == worker.topics["added"]]
+    loaded = [r for r in added if r["highwater"]]
+    assert loaded
+    # Committed up to the last record: only its trailing marker (no record to store) is left behind.
+    deadline = time.monotonic() + 30
+    while any((r["committed"] or 0) < r["highwater"] - 1 for r in loaded) and time.monotonic() < deadline:
+        time.sleep(0.5)
+        added = [r for r in worker.consumer_state()["assigned"] if r["topic"] == worker.topics["added"]]
+        loaded = [r for r in added if r["highwater"]]
+    assert all(r["committed"] == r["highwater"] - 1 for r in loaded), loaded
+    assert sum(r["highwater"] for r in loaded) == 2 * len(records)  # a marker after every record
+    got = stream_export(worker)
+    assert len(got) == len(records)
