@@ -115,14 +115,14 @@ async def _first_record_at(tp: Any, offset: int) -> int | None:
     """The offset of the first record at or after `offset`, read from the log by a group-less consumer."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    if "probe" not in _runtime:
-        probe = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap_servers, group_id=None,
-                                 enable_auto_commit=False, **settings.kafka.aiokafka_kwargs())
-        await probe.start()
-        _runtime["probe"] = probe
-    probe = _runtime["probe"]
     part = TopicPartition(tp.topic, tp.partition)
     try:
+        if "probe" not in _runtime:
+            started = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap_servers, group_id=None,
+                                       enable_auto_commit=False, **settings.kafka.aiokafka_kwargs())
+            await started.start()
+            _runtime["probe"] = started
+        probe = _runtime["probe"]
         probe.assign([part])
         probe.seek(part, offset)
         got = await probe.getmany(part, timeout_ms=5000, max_records=1)
