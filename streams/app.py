@@ -176,7 +176,7 @@ async def admit(ledger: InputOffsets[Any], events: list[Any]) -> Admitted:
                 ledger.start(tp, await _start_offset(tp), generation)
             verdict = ledger.admit(tp, m.offset, time.monotonic())
             if verdict is Verdict.PROBE:
-                ledger.floor_is(tp, await _first_record_at(tp, ledger.next_offset(tp)), time.monotonic())
+                ledger.floor_is(tp, await _first_record_at(tp, ledger.next_offset(tp)))
                 verdict = ledger.admit(tp, m.offset, time.monotonic())
             if verdict is Verdict.SEEK:
                 back = ledger.next_offset(tp)

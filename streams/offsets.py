@@ -9,8 +9,8 @@ its topics with Faust's acks off and keeps this ledger instead:
 - a partition's `next` offset is the first one not yet stored (everything before it is stored);
 - records arrive in offset order; one below `next` is a redelivery (skipped), one at `next` is taken;
 - one above `next` is a gap. The log is asked what the first record at or after `next` really is
-  (`floor`): transaction markers and aborted records leave offsets with no record, and a gap up to the
-  floor is real. A gap past the floor means records were not delivered: they are dropped (not stored
+  (`floor`): transaction markers take offsets that hold no record, so a gap up to the floor loses
+  nothing. A gap past the floor means records were not delivered: they are dropped (not stored
   out of order), the partition is seeked back to `next`, and they come again;
 - ingest commits `next` after a batch is stored, never more.
 
@@ -50,7 +50,7 @@ class InputOffsets(Generic[P]):
     reseek_after: float = 10.0
     parts: dict[P, _State] = field(default_factory=dict)
     gaps_skipped: int = 0
-    """Offsets with no record (markers, aborted transactions) passed over, for the metrics."""
+    """Offsets with no record (transaction markers) passed over."""
 
     def known(self, tp: P, epoch: object = None) -> bool:
         """Started in this generation: after a rebalance a partition starts again from its commit (it may
@@ -85,7 +85,7 @@ class InputOffsets(Generic[P]):
             return Verdict.SEEK
         return Verdict.DROP
 
-    def floor_is(self, tp: P, first_record: int | None, now: float) -> None:
+    def floor_is(self, tp: P, first_record: int | None) -> None:
         """The log's answer to PROBE; None (no answer) is treated as a loss to seek back over."""
         state = self.parts[tp]
         state.floor = first_record if first_record is not None and first_record >= state.next else state.next
@@ -94,9 +94,7 @@ class InputOffsets(Generic[P]):
         """A batch failed to store: read again from its first record (the caller seeks there)."""
         state = self.parts[tp]
         state.next = min(state.next, offset)
-        state.floor, state.sought_at = state.next, now
-        if state.behind_since is None:
-            state.behind_since = now
+        state.floor, state.sought_at = state.next, now  # not `behind_since`: a store outage is not a wedge
 
     def unanswered(self, now: float, after: float) -> list[P]:
         """Partitions seeked back over `after` seconds ago whose missing record has not come: the

@@ -32,7 +32,7 @@ def test_records_past_an_undelivered_stretch_are_read_again_never_committed_over
     """The restart seen here: committed 6, the fetch resumed at 42. Faust filled 7..41 as acked."""
     book = ledger(6)
     assert book.admit(TP, 42, 0.0) is Verdict.PROBE
-    book.floor_is(TP, 6, 0.0)  # the log holds a record at 6: 6..41 were not delivered
+    book.floor_is(TP, 6)  # the log holds a record at 6: 6..41 were not delivered
     assert book.admit(TP, 42, 0.0) is Verdict.SEEK  # drop it, seek back to 6
     assert [book.admit(TP, o, 0.5) for o in (43, 44)] == [Verdict.DROP] * 2  # the rest of the stale run
     assert book.next_offset(TP) == 6  # nothing past 6 is committed
@@ -43,7 +43,7 @@ def test_records_past_an_undelivered_stretch_are_read_again_never_committed_over
 def test_a_seek_that_did_not_take_effect_is_repeated_then_reported() -> None:
     book = ledger(6)
     book.admit(TP, 42, 0.0)
-    book.floor_is(TP, 6, 0.0)
+    book.floor_is(TP, 6)
     assert book.admit(TP, 42, 0.0) is Verdict.SEEK
     assert book.admit(TP, 50, 5.0) is Verdict.DROP
     assert book.admit(TP, 51, 10.5) is Verdict.SEEK
@@ -57,7 +57,7 @@ def test_offsets_that_hold_no_record_are_passed_over() -> None:
     """Transaction markers and aborted records: the log's first record after 10 is 13."""
     book = ledger(10)
     assert book.admit(TP, 13, 0.0) is Verdict.PROBE
-    book.floor_is(TP, 13, 0.0)
+    book.floor_is(TP, 13)
     assert book.admit(TP, 13, 0.0) is Verdict.TAKE
     assert book.next_offset(TP) == 14 and book.gaps_skipped == 3
 
@@ -65,7 +65,7 @@ def test_offsets_that_hold_no_record_are_passed_over() -> None:
 def test_no_answer_from_the_log_counts_as_undelivered() -> None:
     book = ledger(10)
     book.admit(TP, 13, 0.0)
-    book.floor_is(TP, None, 0.0)
+    book.floor_is(TP, None)
     assert book.admit(TP, 13, 0.0) is Verdict.SEEK
     assert book.admit(TP, 10, 1.0) is Verdict.TAKE
 
