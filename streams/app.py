@@ -193,9 +193,9 @@ async def admit(ledger: InputOffsets[Any], events: list[Any]) -> Admitted:
 
 
 async def commit(upto: dict[Any, int]) -> None:
-    """Commits what the batch stored, after its status events and dead letters are flushed."""
+    """Commits what the batch stored; Faust's commit path flushes the producer first, so the batch's
+    status events and dead letters are out before its offsets."""
     if upto:
-        await app.producer.flush()
         consumer: Any = app.consumer  # the commit path of Faust's own acks, minus the gap filling
         await consumer._commit_offsets(upto)
 

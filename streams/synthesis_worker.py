@@ -84,16 +84,20 @@ def due(state: dict[str, Any], now: str, cadence_days: float) -> bool:
     return syn.is_due(True, syn.MIN_MEMORIES, state.get("last_run"), now, cadence_days)
 
 
+def _user_record(raw: bytes) -> dict[str, Any] | None:
+    """A JSON object with a string user_id, else None (what either agent skips)."""
+    body = orjson.loads(raw)
+    return body if isinstance(body, dict) and isinstance(body.get("user_id"), str) else None
+
+
 @app.agent(bookkeeping_channel, concurrency=1)
 async def synthesis_bookkeeping(stream: faust.StreamT) -> None:
     """Counts, per user, the facts and the eligible memories that `memory.added` brings."""
     async for event in stream.events():
         try:
-            body = orjson.loads(event.value)
-            if not isinstance(body, dict) or not isinstance(body.get("user_id"), str):
+            body = _user_record(event.value)
+            if body is None or body.get("type") != "memory.added":
                 continue  # the ingest agent dead-letters what is malformed
-            if body.get("type") != "memory.added":
-                continue
             try:
                 parse_memory_event(event.value)
             except InvalidEvent:
@@ -117,8 +121,8 @@ async def synthesis_runs_applied(stream: faust.StreamT) -> None:
     """Applies each run record (dream.synthesis.runs, co-partitioned by user_id) to the user's state."""
     async for event in stream.events():
         try:
-            body = orjson.loads(event.value)
-            if not isinstance(body, dict) or not isinstance(body.get("user_id"), str):
+            body = _user_record(event.value)
+            if body is None:
                 continue
             user = body["user_id"]
             _inflight.pop(user, None)
