@@ -46,11 +46,9 @@ typecheck: install
 bench: install kafka-start
 	$(PY) bench/throughput.py
 
+# Decision quality, synthetic and real, from one run (bench/quality.py; --json for machines).
 bench-quality: install
-	@rm -rf .cache/bench-quality && mkdir -p .cache/bench-quality
-	$(VENV)/bin/dream replay ../shared/bench/dev/events.jsonl --store .cache/bench-quality/store --synthesis
-	$(VENV)/bin/dream export --store .cache/bench-quality/store --out .cache/bench-quality/state.jsonl
-	python3 ../shared/bench/score.py ../shared/bench/dev .cache/bench-quality/state.jsonl
+	$(PY) bench/quality.py --synthesis
 
 clean:
 	rm -rf .build .cache/bench-quality var

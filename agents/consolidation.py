@@ -194,20 +194,35 @@ def draft_merge(a: Memory, b: Memory) -> str:
 
 
 Judge = Callable[[Memory, Memory], tuple[str, str]]
-"""(newer, older) -> (relation, rule): "same", "replaces" or "unrelated"."""
+"""(newer, older) -> (relation, rule): "same", "replaces", "unrelated", or the judge's abstentions
+"review_same" / "review_replaces", which the pass proposes like the others: a person decides here."""
 
 
 def offline_judge() -> Judge:
     """The ingest path's offline judge read pairwise (the same rules decide inline and here)."""
-    from dreamstream.agents.merge_supersede import OfflineJudge
+    from dreamstream.agents.merge_supersede import OfflineJudge, packaged_featurizer
 
-    judge = OfflineJudge()
+    judge = OfflineJudge(featurize=packaged_featurizer())
 
     def pair(newer: Memory, older: Memory) -> tuple[str, str]:
-        verdict = judge.judge_pair(newer, older, nearest=True)
+        verdict = judge.judge_pair(newer, older)
         return verdict.relation, verdict.rule
 
     return pair
+
+
+def recorded_reviews(active: Mapping[str, Memory]) -> list[tuple[Memory, Memory, str, float]]:
+    """The pairs ingest's judge abstained on (kept on the newer memory as review items), where both
+    are still active: (newer, older, "merge"|"supersede", cosine), oldest first."""
+    out = []
+    for newer in sorted(active.values(), key=lambda m: (m.created_at, m.memory_id)):
+        for item in newer.conflicts:
+            proposal = item.get("review")
+            for other in item.get("with") or []:
+                older = active.get(other)
+                if proposal and older is not None and older.user_id == newer.user_id:
+                    out.append((newer, older, str(proposal), _cos(newer, older)))
+    return out
 
 
 def analyse(
@@ -233,6 +248,16 @@ def analyse(
     for m in sorted(pool, key=lambda m: (m.created_at, m.memory_id)):
         if m.status == "active":
             by_type.setdefault(m.memory_type, []).append(m)
+    active = {m.memory_id: m for m in pool if m.status == "active"}
+    for newer, older, proposal, score in recorded_reviews(active):
+        if newer.memory_id in used or older.memory_id in used:
+            continue
+        if proposal == "supersede":
+            likely = "A" if newer.confidence >= older.confidence else "B"
+            plan.conflicts.append(Conflict(a=newer, b=older, likely=likely, score=score))
+        else:
+            plan.merges.append(MergeProposal(a=older, b=newer, merged_text=draft_merge(older, newer), score=score))
+        used.update((older.memory_id, newer.memory_id))
     for mtype in sorted(by_type):
         group = by_type[mtype]
         pairs = sorted(
@@ -246,10 +271,10 @@ def analyse(
             if older.memory_id in used or newer.memory_id in used:
                 continue
             relation, _rule = judge(newer, older)
-            if relation == "replaces":
+            if relation in ("replaces", "review_replaces"):
                 likely = "A" if newer.confidence >= older.confidence else "B"
                 plan.conflicts.append(Conflict(a=newer, b=older, likely=likely, score=cos))
-            elif relation == "same" or near_duplicate(newer, older, cos):
+            elif relation in ("same", "review_same") or near_duplicate(newer, older, cos):
                 plan.merges.append(MergeProposal(a=older, b=newer, merged_text=draft_merge(older, newer),
                                                  score=cos))
             else:

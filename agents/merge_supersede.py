@@ -15,11 +15,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Literal, Protocol
 
 import numpy as np
 
+from dreamstream.agents import alignment as al
 from dreamstream.agents import text_features as tf
+from dreamstream.agents import update_cues as uc
 from dreamstream.agents.decisions import Decision
 from dreamstream.schemas.memory import Memory
 
@@ -27,7 +30,8 @@ CANDIDATE_K: int = 32
 """Nearest active facts of the same user the pipeline passes. Replacements can have low cosine
 ("I work at X" -> "New job at Y"), so this is wider than the handful a duplicate check needs."""
 
-Relation = Literal["same", "replaces", "unrelated"]
+Relation = Literal["same", "replaces", "unrelated", "review_same", "review_replaces"]
+"""review_*: the judge abstains; the pair is recorded for a person to decide, nothing is applied."""
 Embedder = Callable[[list[str]], np.ndarray]
 
 
@@ -62,151 +66,227 @@ def _norm(text: str) -> str:
     return " ".join(tf.words(text))
 
 
-def _unmatched(values: frozenset[str], other: frozenset[str]) -> set[str]:
-    """Values with no counterpart in `other`; one that starts another ("trpc" / "trpc api") is
-    the same name said more or less fully, not a different one ("api" / "trpc api" is)."""
+FeaturesOf = Callable[[list[str]], list[al.TokenFeatures]]
 
-    def nested(a: str, b: str) -> bool:
-        wa, wb = a.split(), b.split()
-        n = min(len(wa), len(wb))
-        return wa[:n] == wb[:n]
+SESSION_GAP_S = 3600.0
+"""Without run ids, statements less than this apart are one session: both hold at once."""
 
-    return {v for v in values if not any(nested(v, o) for o in other)}
+
+def same_session(a: Memory, b: Memory) -> bool:
+    """One conversation: the same run id, or (without run ids) created within `SESSION_GAP_S`.
+
+    Two facts said in one session are both true then; neither can be the other's newer value."""
+    if a.run_id and b.run_id:
+        return a.run_id == b.run_id
+    if a.run_id or b.run_id:
+        return False
+    try:
+        ta = datetime.fromisoformat(a.created_at.replace("Z", "+00:00"))
+        tb = datetime.fromisoformat(b.created_at.replace("Z", "+00:00"))
+    except ValueError:
+        return True  # unknown times: do not assume an order
+    return abs((ta - tb).total_seconds()) < SESSION_GAP_S
 
 
 @dataclass
 class OfflineJudge:
-    """Embedding similarity + generic text features; no LLM, no network.
+    """Precision first: every automatic action needs positive evidence; similarity only nominates.
 
-    Thresholds were set by looking at score distributions, not at particular wordings: the
-    rules ask "is it the same statement?", "does one contain the other?", "does the new one
-    change a value of the same slot?" (substitution plus a change cue, or a near-identical
-    frame with another value).
+    - "same" (merge) only when the kept statement says everything the other says, word by word
+      (`alignment.coverage`), with the same polarity, names, numbers and occasion, and neither is a
+      plan the other reports done.
+    - "replaces" (supersede) only on an explicit end of the old value, a single-valued slot with
+      another value, a reversal ("... anymore"), or a plan now done (`update_cues`), from a later
+      session, about the same person.
+    - "review_same" / "review_replaces": a likely case without that evidence. Nothing is applied;
+      the pair is kept for the consolidation pass, where a person decides.
+    Deterministic; reads the word features stored with each memory (`featurize` is only called for
+    memories stored before features were kept).
     """
 
-    embedder: Embedder | None = None
+    featurize: FeaturesOf | None = None
     name: str = "offline"
-    same_cos: float = 0.72
-    contain_cos: float = 0.45
-    replace_cos_cue: float = 0.33
-    replace_cos_cue_any: float = 0.55
-    replace_cos_implicit: float = 0.60
-    top_n_embed: int = 4
-    frame_same: float = 0.90
-    frame_change: float = 0.80
-    frame_change_loose: float = 0.88
-    polarity_cos: float = 0.55
+    review_merge_cos: float = 0.80
+    review_replace_cos: float = 0.60
+    role_match: float = 0.75
+    _legacy: dict[str, al.TokenFeatures] = field(default_factory=dict, repr=False)
 
-    def frame_sims(self, new: Memory, candidates: Sequence[Memory]) -> list[float | None]:
-        """Cosine of the value-masked frames (`text_features.frame`), one embedding per distinct text.
-
-        Catches one slot said two ways with different values ("Works for Acme." / "User has a job at
-        Globex."), which whole-sentence cosine ranks low because the values dominate it."""
-        if self.embedder is None or not candidates:
-            return [None] * len(candidates)
-        texts = [tf.frame(new.text)[0]] + [tf.frame(c.text)[0] for c in candidates]
-        vecs = np.asarray(self.embedder(texts), dtype=np.float32)
-        return [float(np.dot(vecs[0], v)) for v in vecs[1:]]
+    def features(self, memories: Sequence[Memory]) -> list[al.TokenFeatures | None]:
+        """Each memory's stored word features; computed (and kept in process) only where missing."""
+        out = [al.TokenFeatures.from_payload(m.features) for m in memories]
+        need = [m.text for m, f in zip(memories, out, strict=True) if f is None and m.text not in self._legacy]
+        if need and self.featurize is not None:
+            if len(self._legacy) > 4096:
+                self._legacy.clear()
+            self._legacy.update(zip(need, self.featurize(list(dict.fromkeys(need))), strict=False))
+        return [f if f is not None else self._legacy.get(m.text) for m, f in zip(memories, out, strict=True)]
 
     def judge(self, new: Memory, candidates: Sequence[Memory]) -> list[Verdict]:
-        sims = [_cos(new, c) for c in candidates]
-        fsims = self.frame_sims(new, candidates)
-        top = max(sims, default=0.0)
-        return [
-            self.judge_pair(new, c, nearest=s >= top - 0.02, frame_cos=f)
-            for c, s, f in zip(candidates, sims, fsims, strict=True)
-        ]
+        feats = self.features([new, *candidates])
+        return [self.judge_pair(new, c, feats[0], f) for c, f in zip(candidates, feats[1:], strict=True)]
 
-    def judge_pair(
-        self, new: Memory, old: Memory, *, nearest: bool = True, frame_cos: float | None = None
-    ) -> Verdict:
-        """`nearest`: `old` is (about) the new memory's nearest candidate, which lets a change cue
-        ("moved to", "now") count at a lower similarity: the slot is the closest thing on record.
-        `frame_cos`: similarity of the value-masked frames, where an embedder is configured."""
+    def judge_pair(self, new: Memory, old: Memory, fn: al.TokenFeatures | None = None,
+                   fo: al.TokenFeatures | None = None) -> Verdict:
+        if fn is None or fo is None:
+            got = self.features([new, old])
+            fn, fo = fn or got[0], fo or got[1]
         cos = _cos(new, old)
-        o = tf.overlap(new.text, old.text)
-        scores = {"cos": round(cos, 4), "jaccard": round(o.jaccard, 4), "old_in_new": round(o.old_in_new, 4)}
-        if frame_cos is not None:
-            scores["frame_cos"] = round(frame_cos, 4)
-        fn, vals_new, subj_new = tf.frame(new.text)
-        fo, vals_old, subj_old = tf.frame(old.text)
+        scores: dict[str, float] = {"cos": round(cos, 4)}
 
-        def v(rel: Relation, conf: float, rule: str) -> Verdict:
-            return Verdict(old.memory_id, rel, round(conf, 4), rule, scores)
+        def v(rel: Relation, conf: float, rule: str, new_fuller: bool | None = None) -> Verdict:
+            return Verdict(old.memory_id, rel, round(conf, 4), rule, scores, new_fuller)
 
         if _norm(new.text) == _norm(old.text):
+            if tf.episode_words(new.text) and new.created_at[:10] != old.created_at[:10]:
+                return v("unrelated", 0.0, "another_occasion")  # "this morning" on two days: two events
             return v("same", 1.0, "exact_text")
-        # Evidence that the two are about different things, whatever the similarity says.
-        if tf.third_parties(new.text) ^ tf.third_parties(old.text) and not (
-            tf.third_parties(new.text) and tf.third_parties(old.text)
-        ):
+        if fn is None or fo is None:
+            return v("unrelated", 1 - cos, "no_features")
+        # About someone else, or the same people in exchanged roles: never one fact, never an update.
+        tp_new, tp_old = tf.third_parties(new.text), tf.third_parties(old.text)
+        if tp_new != tp_old:
             return v("unrelated", 1 - cos, "different_subject")
-        ep_new, ep_old = tf.episode_words(new.text), tf.episode_words(old.text)
-        if (ep_new or ep_old) and ep_new != ep_old:
-            return v("unrelated", 1 - cos, "distinct_occasion")
-        small_diff = len(o.only_new) <= 2 and len(o.only_old) <= 2
-        if small_diff and tf.order_swapped(new.text, old.text):
+        subj_new, subj_old = tf.frame(new.text)[2], tf.frame(old.text)[2]
+        if subj_new and subj_old and subj_new != subj_old:
+            return v("unrelated", 1 - cos, "different_subject")
+        if tf.order_swapped(new.text, old.text) or uc.user_is_object(new.text) != uc.user_is_object(old.text):
             return v("unrelated", 1 - cos, "roles_swapped")
-        cue_new = tf.has_change_cue(new.text, old.text)
-        change = cue_new and not tf.has_change_cue(old.text)
-        additive = tf.has_additive_cue(new.text) and not tf.has_additive_cue(old.text)
-        fc = frame_cos if frame_cos is not None else -1.0
-        # Each side names a value the other lacks (another city, another tool): never one fact.
-        value_conflict = bool(_unmatched(vals_new, vals_old)) and bool(_unmatched(vals_old, vals_new))
-        fo_ = tf.overlap(fn, fo)
-        frame_diff = max(len(fo_.only_new), len(fo_.only_old))  # slot words that differ, values masked
-        if tf.has_negation(new.text) != tf.has_negation(old.text) and cos >= self.polarity_cos and o.shared:
-            # Polarity flip on one topic: a reversal ("I drink coffee" -> "I don't drink coffee",
-            # "... anymore"), unless the negated side narrows it ("I never eat *raw* fish").
-            neg_side = o.only_new if tf.has_negation(new.text) else o.only_old
-            if cue_new or not neg_side:
-                return v("replaces", max(cos, fc), "polarity_flip")
-            shorter_left = o.only_old if o.old_len <= o.new_len else o.only_new
-            if (tf.negation_only_in_added_clause(new.text if tf.has_negation(new.text) else old.text)
-                    and cos >= self.contain_cos and len(o.shared) >= 2 and len(shorter_left) <= 1):
-                # "Secrets live in Doppler, never in the repo": the negation is detail of its own.
-                return v("same", cos, "negated_detail")
-            return v("unrelated", 1 - cos, "narrowed_negation")
-        if fc >= self.frame_same and not change and vals_new == vals_old:
-            return v("same", fc, "frame_same_values")
-        if (
-            fc >= self.frame_change
-            and (fc >= self.frame_change_loose or frame_diff <= 1)
-            and value_conflict
-            and tf.value_kind(vals_new) == tf.value_kind(vals_old)
-            and (cue_new or not (vals_new & vals_old))
-            and subj_new == subj_old
-            and not additive
-            and not (tf.is_event(new.text) and tf.is_event(old.text) and not change)
-        ):
-            return v("replaces", fc, "frame_value_change")
-        if o.literal_conflict and not cue_new:
-            return v("unrelated", 1 - cos, "different_literal")
-        if additive and not (change and tf.has_replacing_cue(new.text)):
-            return v("unrelated", 1 - cos, "additive_cue")  # "also started X" adds; "X instead" replaces
-        if not change and not value_conflict:
-            if cos >= self.same_cos:
-                return v("same", cos, "paraphrase")
-            shorter_left = o.only_old if o.old_len <= o.new_len else o.only_new
-            if cos >= self.contain_cos and len(o.shared) >= 2 and len(shorter_left) <= 1:
-                return v("same", cos, "containment")
-        substitution = bool(o.only_new) and bool(o.only_old)
-        if (
-            substitution
-            and change
-            and (cos >= self.replace_cos_cue_any or (nearest and cos >= self.replace_cos_cue))
-        ):
-            return v("replaces", cos, "change_cue")
-        if (
-            substitution
-            and value_conflict
-            and cos >= self.replace_cos_implicit
-            and len(o.shared) >= 2
-            and len(o.only_old) <= 2
-            and len(o.only_new) <= 3
-        ):
-            return v("replaces", cos, "implicit_substitution")
-        return v("unrelated", 1 - cos, "default")
+        if tf.episode_words(new.text) != tf.episode_words(old.text):
+            return v("unrelated", 1 - cos, "another_occasion")
+        later = (not same_session(new, old) and new.created_at >= old.created_at
+                 and uc.lead_subject(new.text) == uc.lead_subject(old.text))
+
+        ended = self._ended(new.text, old.text, fn, fo)
+        neg_new, neg_old = tf.has_negation(new.text), tf.has_negation(old.text)
+        old_in_new, new_in_old = al.coverage(fo, fn), al.coverage(fn, fo)
+        scores.update({"old_in_new_weakest": old_in_new.weakest, "new_in_old_weakest": new_in_old.weakest})
+
+        if neg_new != neg_old and not ended:
+            negated = new.text if neg_new else old.text
+            if neg_new and uc.reverses(new.text) and old_in_new.full:
+                return self._update(v, later, cos, "reversal")
+            if not tf.negation_only_in_added_clause(negated):
+                if cos >= self.review_replace_cos and (old_in_new.full or new_in_old.full):
+                    return v("review_replaces", cos, "polarity_unclear")
+                return v("unrelated", 1 - cos, "polarity_differs")
+        if not ended:
+            same = self._same(new, old, old_in_new, new_in_old)
+            if same is not None:
+                return v("same", cos, same[0], same[1])
+
+        if ended:
+            return self._update(v, later, cos, f"explicit_end:{ended}")
+        slot = self._slot_change(new.text, old.text)
+        if slot:
+            if tf.has_additive_cue(new.text):
+                return v("review_replaces", cos, f"slot_change_additive:{slot}")
+            return self._update(v, later, cos, f"slot_change:{slot}")
+        done = self._plan_done(new.text, old.text, fn, fo)
+        if done == "done":
+            return self._update(v, later, cos, "plan_done")
+        if done == "partial" and later and cos >= self.review_replace_cos:
+            return v("review_replaces", cos, "plan_maybe_done")
+        if cos >= self.review_merge_cos and _near_cover(old_in_new, new_in_old):
+            return v("review_same", cos, "near_restatement")
+        return v("unrelated", 1 - cos, "no_evidence")
+
+    @staticmethod
+    def _update(v: Callable[..., Verdict], later: bool, cos: float, rule: str) -> Verdict:
+        """An update only from a later session: two statements of one session both hold."""
+        if later:
+            return v("replaces", max(cos, 0.5), rule)
+        return v("review_replaces", cos, f"same_session:{rule}")
+
+    def _same(self, new: Memory, old: Memory, old_in_new: al.Coverage,
+              new_in_old: al.Coverage) -> tuple[str, bool | None] | None:
+        """("contained"|"equivalent", new is fuller) when one says everything the other says."""
+        new_keeps = old_in_new.full and _literals_within(old.text, new.text) and not _changes(new.text, old.text)
+        old_keeps = new_in_old.full and _literals_within(new.text, old.text) and not _changes(old.text, new.text)
+        if not (new_keeps or old_keeps):
+            return None
+        # An update said as a restatement ("planning a trip to Boston" / "booked a flight to Boston")
+        # hides the newer state: plans, reports of what was done and what is still to come are not one fact.
+        if (bool(uc.plan(new.text)) != bool(uc.plan(old.text))
+                or uc.reports_done(new.text) != uc.reports_done(old.text)
+                or uc.future(new.text) != uc.future(old.text)):
+            return None
+        if (uc.reports_done(new.text) or tf.is_event(new.text)) and tf.numbers(new.text) != tf.numbers(old.text):
+            return None  # a dated or counted occurrence is another occasion, not more detail
+        if new_keeps and old_keeps:
+            return "equivalent", None
+        return "contained", new_keeps
+
+    def _ended(self, new_text: str, old_text: str, fn: al.TokenFeatures, fo: al.TokenFeatures) -> str:
+        """The cue of an explicit end in `new_text` whose object the old statement states ("" if none)."""
+        old_cues = {e.cue for e in uc.endings(old_text)}
+        old_names = {w for w, n in zip(fo.words, fo.names, strict=True) if n}
+        for e in uc.endings(new_text):
+            if e.cue in old_cues or tf.has_negation(old_text):
+                continue
+            head = e.obj[0]
+            if head in old_names or tf.stem(head) in {tf.stem(n) for n in old_names}:
+                return e.cue
+            # A common noun must be the same word in the same role ("the painting" is not "painted").
+            if tf.stem(head) in set(fo.stems) and _role_sim(fn, head, fo) >= self.role_match:
+                return e.cue
+        return ""
+
+    @staticmethod
+    def _slot_change(new_text: str, old_text: str) -> str:
+        """A single-valued slot both fill, with values that differ and neither names the other."""
+        sn, so = uc.slots(new_text), uc.slots(old_text)
+        for slot in sorted(set(sn) & set(so)):
+            a, b = sn[slot], so[slot]
+            if a != b and not a.startswith(b) and not b.startswith(a) and a not in old_text.lower():
+                return slot  # (a value the old statement already names is detail: "Belleville, in Paris")
+        return ""
+
+    @staticmethod
+    def _plan_done(new_text: str, old_text: str, fn: al.TokenFeatures, fo: al.TokenFeatures) -> str:
+        """"done" when the new statement reports the old plan done: the planned verb in the past (or
+        any past verb for "organizing" / "preparing for") and every word of the planned object, three
+        words of evidence at least (or the verb and a name); "partial" when some of it comes back."""
+        p = uc.plan(old_text)
+        if p is None or uc.plan(new_text) or not uc.reports_done(new_text):
+            return ""
+        new_bases = {uc.base(w) for w in fn.words}
+
+        def said(word: str) -> bool:
+            return any(tf.same_stem(uc.base(word), s) for s in new_bases)
+
+        verb_ok = p.verb is None or said(p.verb)
+        obj_hits = sum(1 for w in p.obj if said(w))
+        evidence = obj_hits + 1  # the planned verb said again, or a marker that is its own verb ("organizing")
+        named = any(n and w in p.obj for w, n in zip(fo.words, fo.names, strict=True))
+        if verb_ok and p.obj and obj_hits == len(p.obj) and (evidence >= 3 or (p.verb is not None and named)):
+            return "done"  # "watch 'Little Women'" -> "watched 'Little Women'"; one common noun is too little
+        return "partial" if (p.verb and verb_ok and obj_hits) or obj_hits >= 2 else ""
+
+
+def _role_sim(feats: al.TokenFeatures, word: str, fo: al.TokenFeatures) -> float:
+    """Cosine between `word` in one statement and the same stem in the other (same word, same role)."""
+    s = tf.stem(word)
+    idx = [i for i, w in enumerate(feats.words) if tf.stem(w) == s]
+    jdx = [j for j, w in enumerate(fo.words) if tf.stem(w) == s]
+    if not idx or not jdx:
+        return 0.0
+    return float((feats.vecs[idx] @ fo.vecs[jdx].T).max())
+
+
+def _changes(kept: str, other: str) -> bool:
+    """`kept` marks a change `other` does not ("... now, not Redis", "replace X with Y", "stop
+    deploying to X"): the fuller statement then reports a new state, and merging would hide the old."""
+    return tf.has_change_cue(kept, other) or bool(uc.endings(kept)) and not uc.endings(other)
+
+
+def _literals_within(other: str, kept: str) -> bool:
+    """The numbers and day anchors of `other` are all in `kept` (another number is another fact)."""
+    return tf.numbers(other) <= tf.numbers(kept) and tf.episode_words(other) <= tf.episode_words(kept)
+
+
+def _near_cover(a: al.Coverage, b: al.Coverage) -> bool:
+    """All but one word of either side covered: worth a person's look, not an automatic merge."""
+    return any(c.required >= 3 and len(c.missing) <= 1 for c in (a, b))
 
 
 def _more_complete(new: Memory, old: Memory) -> bool:
@@ -214,18 +294,50 @@ def _more_complete(new: Memory, old: Memory) -> bool:
     return tf.completeness(new.text) >= tf.completeness(old.text) + 2
 
 
+GATED = ("same", "replaces")
+
+
+def gate(verdict: Verdict, new: Memory, old: Memory) -> Verdict:
+    """The checks every judge's automatic action passes (offline, NLI or LLM alike); a verdict
+    that fails one becomes a review item. A merge keeps every name and number of the memory it
+    hides; a supersede comes from a later session."""
+    if verdict.relation == "same" and verdict.rule != "exact_text":
+        kept, hidden = (new, old) if verdict.new_fuller or (
+            verdict.new_fuller is None and _more_complete(new, old)) else (old, new)
+        if not (_literals_within(hidden.text, kept.text)
+                and _names(hidden.text) <= _names(kept.text) | _names_lower(kept.text)):
+            return Verdict(verdict.candidate_id, "review_same", verdict.confidence,
+                           f"gate_detail:{verdict.rule}", verdict.scores, verdict.new_fuller)
+    if verdict.relation == "replaces" and (same_session(new, old) or new.created_at < old.created_at):
+        return Verdict(verdict.candidate_id, "review_replaces", verdict.confidence,
+                       f"gate_session:{verdict.rule}", verdict.scores)
+    return verdict
+
+
+def _names(text: str) -> set[str]:
+    return {w for w in tf._names(text) if not any(ch.isdigit() for ch in w)}
+
+
+def _names_lower(text: str) -> set[str]:
+    return set(tf.words(text))
+
+
 def decide_with(judge: Judge, new: Memory, candidates: Sequence[Memory]) -> list[Decision]:
-    """Turn a judge's verdicts into decisions for one new memory."""
+    """Turn a judge's verdicts into decisions for one new memory.
+
+    Merges win over supersedes; when the judge abstains on every pair, the likeliest abstention
+    becomes one `review` decision (nothing changes; the consolidation pass lists it)."""
     cands = [c for c in candidates if c.user_id == new.user_id and c.memory_id != new.memory_id]
     if not cands:
         return []
     by_id = {c.memory_id: c for c in cands}
-    verdicts = judge.judge(new, cands)
+    verdicts = [gate(x, new, by_id[x.candidate_id]) for x in judge.judge(new, cands)]
     same = [x for x in verdicts if x.relation == "same"]
     repl = [x for x in verdicts if x.relation == "replaces"]
+    review = [x for x in verdicts if x.relation in ("review_same", "review_replaces")]
     out: list[Decision] = []
 
-    def mk(action: str, targets: list[Verdict], rule: str) -> Decision:
+    def mk(action: str, targets: list[Verdict], rule: str, **detail: str) -> Decision:
         ids = tuple(x.candidate_id for x in targets)
         return Decision(
             action=action,  # type: ignore[arg-type]
@@ -235,7 +347,7 @@ def decide_with(judge: Judge, new: Memory, candidates: Sequence[Memory]) -> list
             judge=judge.name,
             rule=rule,
             scores={f"{x.candidate_id}:{k}": val for x in targets for k, val in x.scores.items()},
-            detail={"verdicts": {x.candidate_id: x.rule for x in targets}},
+            detail={"verdicts": {x.candidate_id: x.rule for x in targets}, **detail},
         )
 
     if same:
@@ -247,7 +359,7 @@ def decide_with(judge: Judge, new: Memory, candidates: Sequence[Memory]) -> list
         if all(fuller):
             action, targets = "merge_old", same
         else:
-            action, targets = "merge_new", same[:1]
+            action, targets = "merge_new", [x for x, f in zip(same, fuller, strict=True) if not f][:1]
         rule = "+".join(sorted({x.rule for x in targets}))
         if any(by_id[x.candidate_id].pinned for x in targets) or (action == "merge_new" and new.pinned):
             out.append(mk("conflict", targets, f"pinned:{action}:{rule}"))
@@ -262,32 +374,32 @@ def decide_with(judge: Judge, new: Memory, candidates: Sequence[Memory]) -> list
             out.append(mk("conflict", best, f"pinned:supersede:{rule}"))
         else:
             out.append(mk("supersede", best, rule))
+        return out
+    if review:
+        review.sort(key=lambda x: (x.relation != "review_replaces", -x.confidence, x.candidate_id))
+        best = review[:1]
+        proposal = "supersede" if best[0].relation == "review_replaces" else "merge"
+        out.append(mk("review", best, best[0].rule, proposal=proposal))
     return out
 
 
 _DEFAULT: Judge | None = None
 
 
-def set_default_judge(judge: Judge | None) -> None:
-    """Swap the judge `decide` uses (e.g. an `LLMJudge`, or an `OfflineJudge` with an embedder)."""
-    global _DEFAULT
-    _DEFAULT = judge
+def packaged_featurizer() -> FeaturesOf | None:
+    """The process's shared model, for word features of memories stored before they were kept.
 
-
-def packaged_embedder() -> Embedder | None:
-    """The process's shared MiniLM model (the one that embedded the memories), for frame embeddings.
-
-    Imported lazily so this module stays importable, and usable from stored vectors alone, without it."""
+    Imported lazily so this module stays importable, and usable from stored features alone, without it."""
     try:
         from dreamstream.streams.embedding import shared_embedder
     except ImportError:  # pragma: no cover - the package always ships it
         return None
-    return shared_embedder()
+    return shared_embedder().features
 
 
 def decide(new: Memory, candidates: Sequence[Memory]) -> list[Decision]:
     """The pipeline entry point: decisions for `new` against the user's active `candidates`."""
     global _DEFAULT
     if _DEFAULT is None:
-        _DEFAULT = OfflineJudge(embedder=packaged_embedder())
+        _DEFAULT = OfflineJudge(featurize=packaged_featurizer())
     return decide_with(_DEFAULT, new, candidates)

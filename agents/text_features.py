@@ -88,8 +88,20 @@ def stem(word: str) -> str:
     if len(word) > 4 and not any(ch.isdigit() for ch in word):
         for suf in _SUFFIXES:
             if word.endswith(suf) and len(word) - len(suf) >= 3:
-                return word[: -len(suf)] + ("y" if suf == "ies" else "")
+                base = word[: -len(suf)] + ("y" if suf == "ies" else "")
+                if suf in ("ing", "ed") and len(base) >= 4 and base[-1] == base[-2] and base[-1] not in "lsfzdeo":
+                    base = base[:-1]  # "running" -> "run", "submitted" -> "submit"
+                return base
     return word
+
+
+def same_stem(a: str, b: str) -> bool:
+    """One word's stem, allowing what the crude stripper misses ("submitt" / "submit",
+    "supportive" / "support"): one a prefix of the other, at most 3 letters apart, both 5+ long."""
+    if a == b:
+        return True
+    short, long_ = (a, b) if len(a) <= len(b) else (b, a)
+    return len(short) >= 5 and len(long_) - len(short) <= 3 and long_.startswith(short)
 
 
 @lru_cache(maxsize=65536)
@@ -142,14 +154,28 @@ def has_additive_cue(text: str) -> bool:
 _POSSESSIVE = re.compile(r"(?:\b(?:my|our|his|her|their|your)|'s)\s+(?:\w+\s+)?$")
 
 
+_SUBJECT_OWNER = re.compile(
+    r"(?:(?:the )?user's|my|our|his|her|their|your|[\w-]+'s)?(?: (?:new|old|best|younger|older|little|big))?"
+)
+_NAMED_RELATION = re.compile(
+    r"^\s*(?i:(?:(?:my|our|the user's|user's)\s+)?"
+    + _THIRD_PARTY.pattern.replace("\\b(", "(", 1).rsplit("s?", 1)[0] + r"s?)\s+[A-Z][a-z]"
+)
+
+
 def third_parties(text: str) -> frozenset[str]:
     """Relation nouns in the first clause, owned by someone ("my sister", "the user's friend Ana"):
     the fact is about that person. A later clause ("...; my mother is from Utrecht") only adds context."""
     low = text.lower().replace("\u2019", "'")
+    named = _NAMED_RELATION.match(text.replace("\u2019", "'"))
+    if named:  # "Friend Ravi works as ...", "Coworker Rosa quit coffee"
+        return frozenset((named.group(1).lower(),))
     head = re.split(r"[;:(]| - |, (?:and|but|so|because)\b", low, maxsplit=1)[0]
     out = set()
     for m in _THIRD_PARTY.finditer(head):
         before = head[: m.start()]
+        if not _SUBJECT_OWNER.fullmatch(before.strip()):
+            continue  # "bakes bread for her neighbours": someone else as the object, not the subject
         after = head[m.end() :].split()
         verb_next = bool(after) and (after[0] in _SUBJ_VERB or (after[0].endswith("s") and not after[0].endswith("ss")))
         if _POSSESSIVE.search(before) or (not before.strip() and verb_next):
@@ -226,6 +252,11 @@ def order_swapped(new_text: str, old_text: str) -> bool:
     a, b = _participants(new_text, names), _participants(old_text, names)
     pos_b = [b.index(p) for p in dict.fromkeys(a) if p in b]  # first mentions
     return any(x > y for x, y in zip(pos_b, pos_b[1:], strict=False))
+
+
+def is_polarity_word(word: str) -> bool:
+    """A word that only carries negative polarity ("never", "hates", "avoids")."""
+    return _NEGATION.fullmatch(word) is not None
 
 
 def has_negation(text: str) -> bool:

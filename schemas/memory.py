@@ -80,6 +80,8 @@ class Memory:
     links: dict[str, float] = field(default_factory=dict)
     """Co-access weights to other memories of the user (Hebbian; kept by light consolidation)."""
     cluster: int | None = None
+    features: dict[str, Any] | None = None
+    """The judge's word features (`agents.alignment.TokenFeatures.to_payload`), computed once at ingest."""
     vector: np.ndarray | None = None
 
     @property
@@ -122,6 +124,7 @@ class Memory:
             "access": dict(self.access),
             "links": dict(self.links),
             "cluster": self.cluster,
+            "features": self.features,
         }
 
     @classmethod
@@ -151,6 +154,7 @@ class Memory:
             access=dict(payload.get("access") or {}),
             links={str(k): float(v) for k, v in (payload.get("links") or {}).items()},
             cluster=payload.get("cluster"),
+            features=payload.get("features"),
             vector=None if vector is None else np.asarray(vector, dtype=np.float32),
         )
 

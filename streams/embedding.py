@@ -10,8 +10,11 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
+
+from dreamstream.agents.alignment import TokenFeatures, from_tokens
 
 MODEL_NAME = "all-MiniLM-L6-v2"
 DIM = 384
@@ -55,6 +58,40 @@ class Embedder:
             convert_to_numpy=True, show_progress_bar=False,
         )
         return np.asarray(vectors, dtype=np.float32)
+
+    def encode_with_features(self, texts: Sequence[str]) -> tuple[np.ndarray, list[TokenFeatures]]:
+        """Sentence vectors and the judge's word features from one model pass (no second encode).
+
+        The judge aligns words with these (`agents/alignment.py`); they are stored with the memory
+        so a later memory's judging reads them instead of re-embedding stored ones."""
+        if not texts:
+            return np.zeros((0, DIM), dtype=np.float32), []
+        rows: Any = self.model.encode(list(texts), batch_size=self.batch_size, output_value=None,
+                                 convert_to_numpy=False, show_progress_bar=False)
+        tok = self.model.tokenizer
+        limit = self.model.max_seq_length
+        vectors = np.zeros((len(texts), DIM), dtype=np.float32)
+        feats: list[TokenFeatures] = []
+        for i, (text, row) in enumerate(zip(texts, rows, strict=True)):
+            sentence = np.asarray(row["sentence_embedding"].detach().cpu().numpy(), dtype=np.float32)
+            vectors[i] = sentence / (float(np.linalg.norm(sentence)) or 1.0)
+            enc = tok(text, truncation=True, max_length=limit, return_offsets_mapping=True)
+            tokens = row["token_embeddings"].detach().cpu().numpy()[: len(enc["input_ids"])]
+            feats.append(from_tokens(text, enc["offset_mapping"], enc.word_ids(), tokens))
+        with self._lock:
+            for text, vector in zip(texts, vectors, strict=True):
+                self._remember(text, vector)
+        return vectors, feats
+
+    def _remember(self, text: str, vector: np.ndarray) -> None:
+        self._cache[text] = vector
+        self._cache.move_to_end(text)
+        if len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+
+    def features(self, texts: Sequence[str]) -> list[TokenFeatures]:
+        """The judge's word features alone (for memories stored before features were kept)."""
+        return self.encode_with_features(texts)[1]
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         with self._lock:

@@ -9,7 +9,7 @@ A misconfiguration is an error at start, not a silent fall back to the offline j
 from __future__ import annotations
 
 from dreamstream.agents.llm_client import ChatEndpoint
-from dreamstream.agents.merge_supersede import Judge, OfflineJudge, packaged_embedder
+from dreamstream.agents.merge_supersede import Judge, OfflineJudge, packaged_featurizer
 from dreamstream.agents.pattern_writer import LLMPatternWriter
 from dreamstream.streams.settings import Settings
 
@@ -56,7 +56,7 @@ def judge_from_settings(s: Settings) -> Judge | None:
         return None
     key = (name, s.nli_model, s.llm_url, s.llm_model, s.llm_api_key, s.llm_timeout)
     if key not in _built:
-        fallback = OfflineJudge(embedder=packaged_embedder())
+        fallback = OfflineJudge(featurize=packaged_featurizer())
         if name == "nli":
             from dreamstream.agents.nli_judge import NLIJudge
 

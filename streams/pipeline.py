@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +25,7 @@ log = logging.getLogger("dreamstream.pipeline")
 
 Decide = Callable[[Memory, Sequence[Memory]], list[Decision]]
 Embed = Callable[[Sequence[str]], np.ndarray]
+Features = dict[str, Any] | None
 LINK_FIELDS = ("status", "superseded_by", "supersedes", "merged_into", "merged_from")
 
 
@@ -119,9 +120,9 @@ class Processor:
         if not fresh:
             return result
         vectors = self._vectors([event for _, event in fresh], result)
-        for (item, event), vector in zip(fresh, vectors, strict=True):
+        for (item, event), (vector, features) in zip(fresh, vectors, strict=True):
             try:
-                self._apply_event(event, vector, result)
+                self._apply_event(event, vector, result, features)
             except Exception as exc:  # one event's failure must not stop the partition
                 log.exception("event %s failed", event.event_id)
                 self._dead(result, item, "processing_error", f"{type(exc).__name__}: {exc}")
@@ -175,15 +176,28 @@ class Processor:
             seen_memories.add(event.memory_id)
         return fresh
 
-    def _vectors(self, events: list[MemoryAdded], result: BatchResult) -> list[np.ndarray]:
-        need = [e.text for e in events if e.embedding is None]
+    def _vectors(self, events: list[MemoryAdded], result: BatchResult) -> list[tuple[np.ndarray, Features]]:
+        """Each event's vector and the judge's word features, from one model pass where the embedder
+        gives both (a producer-supplied embedding still needs its text's features)."""
+        full = getattr(self.embed, "encode_with_features", None)
+        texts = [e.text for e in events if e.embedding is None or full is not None]
         start = time.perf_counter()
-        computed: Iterator[np.ndarray] = iter(self.embed(need) if need else [])
+        if full is not None:
+            vecs, feats = full(texts) if texts else (np.zeros((0, 384), np.float32), [])
+            payloads: list[dict[str, Any] | None] = [f.to_payload() for f in feats]
+        else:
+            vecs = self.embed(texts) if texts else np.zeros((0, 384), np.float32)
+            payloads = [None] * len(texts)
         result.embed_seconds += time.perf_counter() - start
-        result.embedded += len(need)
+        result.embedded += len(texts)
+        computed = iter(zip(vecs, payloads, strict=True))
         out = []
         for e in events:
-            out.append(np.asarray(e.embedding, np.float32) if e.embedding is not None else next(computed))
+            if e.embedding is None or full is not None:
+                vec, feat = next(computed)
+            if e.embedding is not None:
+                vec = np.asarray(e.embedding, np.float32)
+            out.append((np.asarray(vec, np.float32), feat if full is not None else None))
         return out
 
     def candidates(self, new: Memory) -> list[Memory]:
@@ -197,14 +211,15 @@ class Processor:
         out += [m for m, _ in near if m.memory_id not in seen]
         return out[: max(self.candidate_k, len(exact))]
 
-    def _apply_event(self, event: MemoryAdded, vector: np.ndarray, result: BatchResult) -> None:
+    def _apply_event(self, event: MemoryAdded, vector: np.ndarray, result: BatchResult,
+                     features: dict[str, Any] | None = None) -> None:
         stamp = now_iso()
         memory = Memory(
             memory_id=event.memory_id, user_id=event.user_id, text=event.text,
             created_at=event.created_at, updated_at=stamp, kind=event.kind,
             app_id=event.app_id, agent_id=event.agent_id, run_id=event.run_id,
             project_id=event.project_id, sources=list(event.sources),
-            metadata=dict(event.metadata), event_id=event.event_id, vector=vector,
+            metadata=dict(event.metadata), event_id=event.event_id, vector=vector, features=features,
         )
         if event.kind == "pattern":
             self.store.upsert([memory])
@@ -244,15 +259,19 @@ class Processor:
             "targets": [t.memory_id for t in targets], "evidence": evidence, "at": now_iso(),
             "before": {m.memory_id: {k: getattr(m, k) for k in LINK_FIELDS} for m in [new, *targets]},
         }
-        if decision.action == "conflict":
-            new.conflicts.append({"decision_id": did, "with": record["targets"], "evidence": evidence})
+        if decision.action in ("conflict", "review"):
+            # Nothing changes: the case is kept on the new memory for a person (consolidation pass).
+            item = {"decision_id": did, "with": record["targets"], "evidence": evidence}
+            if decision.action == "review":
+                item["review"] = decision.detail.get("proposal", "merge")
+            new.conflicts.append(item)
             new.decisions.append(record)
             new.decision_ids.append(did)
             for t in targets:
                 self.store.update(t.memory_id, {"decision_ids": [*t.decision_ids, did]})
                 result.status_events.append(status_event(
-                    did, t.memory_id, t.user_id, t.status, t.status, new.memory_id, "conflict", evidence))
-            result.decisions["conflict"] += 1
+                    did, t.memory_id, t.user_id, t.status, t.status, new.memory_id, decision.action, evidence))
+            result.decisions[decision.action] += 1
             return
         if not targets:
             return

@@ -1,0 +1,160 @@
+"""Word-level alignment of two statements with the model's contextual token vectors.
+
+Whole-sentence similarity says two memories share a topic; it cannot say one *contains* the other
+("volunteers at a homeless shelter" / "volunteers at a dog shelter" score high). Aligning words
+does (BERTScore-style): every content word of the barer statement needs a counterpart in the
+fuller one, the same stem or a contextual vector close enough to be the same word in the same
+role ("novel" / "book"), while "homeless" / "dog" or "writing" / "reading" stay apart.
+
+Pure: the vectors come with each memory (`TokenFeatures`, computed once when it is ingested, in
+the same model pass as its sentence vector) so judging a new memory never re-embeds stored ones.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dreamstream.agents import text_features as tf
+
+FEATURES_VERSION = 1
+
+WORD_MATCH = 0.80
+"""Contextual cosine at which two different words count as the same word in the same role.
+MiniLM's last layer gives one word in two sentences 0.85-0.99, close synonyms about 0.8
+("novel" / "book"), different words of one topic 0.4-0.65 ("homeless" / "dog", "booked" / "planning")."""
+
+LIGHT = tf._wordset(
+    """
+    use uses used using named name called has have having get got thing things something stuff
+    lot lots kind sort really actually currently person someone one ones people also just
+    """
+)
+"""Words whose absence in the other statement hides nothing ("User has a dog named Rex" / "My dog
+Rex is ..."): they carry the sentence, not the fact. Preference verbs ("like", "love") are not
+light: "I like shopping" is not said by "I often shop for shoes"."""
+
+
+@dataclass(frozen=True)
+class TokenFeatures:
+    """A statement's content words, in order, with one unit contextual vector each."""
+
+    words: tuple[str, ...]
+    names: tuple[bool, ...]
+    """A name or literal: capitalised past the sentence's first word, or with a digit. These
+    match only by their own stem, never by vector ("Lisbon" is not "Berlin")."""
+    vecs: np.ndarray
+
+    @property
+    def stems(self) -> tuple[str, ...]:
+        return tuple(tf.stem(w) for w in self.words)
+
+    def to_payload(self) -> dict[str, Any]:
+        """Compact payload form: float16 vectors, base64 (about 1 KB a word)."""
+        raw = np.asarray(self.vecs, dtype=np.float16).tobytes()
+        return {"v": FEATURES_VERSION, "words": list(self.words), "names": [int(n) for n in self.names],
+                "dim": int(self.vecs.shape[1]) if self.vecs.ndim == 2 else 0,
+                "vecs": base64.b64encode(raw).decode("ascii")}
+
+    @classmethod
+    def from_payload(cls, data: dict[str, Any] | None) -> TokenFeatures | None:
+        """None for a missing or older payload (the caller computes features anew)."""
+        if not data or data.get("v") != FEATURES_VERSION:
+            return None
+        words = tuple(str(w) for w in data.get("words") or ())
+        dim = int(data.get("dim") or 0)
+        buf = base64.b64decode(data.get("vecs") or "")
+        vecs = np.frombuffer(buf, dtype=np.float16).astype(np.float32)
+        vecs = vecs.reshape(len(words), dim) if words and dim else np.zeros((0, dim or 1), np.float32)
+        return cls(words=words, names=tuple(bool(n) for n in data.get("names") or ()), vecs=vecs)
+
+
+def from_tokens(text: str, offsets: Sequence[tuple[int, int]], word_ids: Sequence[int | None],
+                token_vectors: np.ndarray) -> TokenFeatures:
+    """Features from one tokenised text: word pieces averaged per word, function words dropped.
+
+    `offsets`, `word_ids` and `token_vectors` are per word piece (the tokenizer's and the model's
+    output for `text`); special tokens have `word_id` None."""
+    spans: dict[int, list[int]] = {}
+    for i, w in enumerate(word_ids):
+        if w is not None and i < len(token_vectors):
+            spans.setdefault(int(w), []).append(i)
+    words: list[str] = []
+    names: list[bool] = []
+    vecs: list[np.ndarray] = []
+    first = True
+    for _, idx in sorted(spans.items()):
+        start, end = offsets[idx[0]][0], offsets[idx[-1]][1]
+        surface = text[start:end]
+        low = surface.lower()
+        if not any(ch.isalnum() for ch in surface):
+            if surface in ".!?;":
+                first = True
+            continue
+        was_first, first = first, False
+        if low in tf.STOPWORDS or len(low) == 1 and not low.isdigit():
+            continue
+        v = np.asarray(token_vectors[idx], dtype=np.float32).mean(axis=0)
+        v /= float(np.linalg.norm(v)) or 1.0
+        words.append(low)
+        names.append(any(ch.isdigit() for ch in surface) or (not was_first and surface[:1].isupper()))
+        vecs.append(v)
+    arr = np.stack(vecs) if vecs else np.zeros((0, token_vectors.shape[-1]), np.float32)
+    return TokenFeatures(words=tuple(words), names=tuple(names), vecs=arr)
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """How fully `kept` says what `other` says, word by word."""
+
+    missing: tuple[str, ...]
+    """Content words of `other` with no counterpart in `kept` (light words excluded)."""
+    weakest: float
+    """The lowest best-match cosine over `other`'s required words (1.0 for a stem match)."""
+    required: int
+
+    @property
+    def full(self) -> bool:
+        return self.required > 0 and not self.missing
+
+
+def coverage(other: TokenFeatures, kept: TokenFeatures, threshold: float = WORD_MATCH) -> Coverage:
+    """Does `kept` say everything `other` says? Each of `other`'s content words needs a counterpart."""
+    kept_stems = set(kept.stems)
+    sims = other.vecs @ kept.vecs.T if len(other.words) and len(kept.words) else None
+    missing: list[str] = []
+    weakest = 1.0
+    required = 0
+    for i, (w, s, name) in enumerate(zip(other.words, other.stems, other.names, strict=True)):
+        if w in LIGHT or tf.is_polarity_word(w):
+            continue  # polarity is compared as a whole ("hates" / "can't stand"), not word by word
+        required += 1
+        if s in kept_stems or any(tf.same_stem(s, k) for k in kept_stems):
+            continue
+        best = float(sims[i].max()) if sims is not None else 0.0
+        if name:  # names and literals only match themselves
+            missing.append(w)
+            weakest = min(weakest, 0.0)
+            continue
+        weakest = min(weakest, best)
+        if best < threshold:
+            missing.append(w)
+    return Coverage(missing=tuple(missing), weakest=round(weakest, 4), required=required)
+
+
+def matched(words: Sequence[str], kept: TokenFeatures, feats: TokenFeatures,
+            threshold: float = WORD_MATCH) -> int:
+    """How many of `words` (a subset of `feats`' words) have a counterpart in `kept`."""
+    cov = coverage(_subset(feats, words), kept, threshold)
+    return cov.required - len(cov.missing)
+
+
+def _subset(feats: TokenFeatures, words: Sequence[str]) -> TokenFeatures:
+    want = set(words)
+    idx = [i for i, w in enumerate(feats.words) if w in want]
+    return TokenFeatures(words=tuple(feats.words[i] for i in idx), names=tuple(feats.names[i] for i in idx),
+                         vecs=feats.vecs[idx] if idx else feats.vecs[:0])

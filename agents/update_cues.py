@@ -1,0 +1,223 @@
+"""The evidence an update needs: English constructions that say one fact replaced another.
+
+A supersede is applied only on positive evidence of one of three kinds (precision first: a wrong
+supersede drops a true fact from `latest_only`, a missed one leaves an extra line):
+- an explicit end of the old value: "sold the Subaru", "no longer vegetarian", "moved from Lisbon",
+  "broke up with Sam", "instead of Jenkins", whose object the old memory states;
+- one single-valued slot (where someone lives, works, what they drive, their age...) stated with
+  another value of the same kind (a name or a number);
+- a plan that is now done: "is planning a garden party" -> "hosted a garden party".
+A change word alone ("new", "started", "joined", "now") is no evidence: it also opens added facts.
+Pure: regular expressions over the text; no model.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from dreamstream.agents import text_features as tf
+
+_DET = r"(?:(?:the|my|our|his|her|their|your|a|an|its)\s+)?"
+_END = re.compile(
+    r"\b(?P<cue>no longer|not\b[^.;]{0,30}?\bany ?(?:more|longer)|stop(?:ped|s|ping)?|quit|gave up(?: on)?|"
+    r"sold|moved (?:away |out )?from|relocated from|migrat\w*(?: \w+){0,2} from|left|broke up with|"
+    r"split up with|split from|divorced|switch\w*(?: \w+){0,2} from|replac(?:e|es|ed|ing)|ditch\w*|drop(?:s|ped)?|"
+    r"handed in (?:my|his|her|their) notice at|resigned from|(?:was |got )?laid off from|"
+    r"lost (?:my|his|her|their) job at|"
+    r"retired from|instead of|rather than|no more|got rid of|moved on from|gone from)\s+"
+    + _DET + r"(?P<obj>[^.;,!?()]+)",
+    re.IGNORECASE,
+)
+_OBJ_STOP = re.compile(r"\b(?:and|but|to|for|because|so|after|since|when|with|as|in favou?r of)\b")
+_NEG_AGAIN = re.compile(r"\b(?:any ?more|any longer|no longer|stopped|quit|gave up)\b")
+
+_PLAN = re.compile(
+    r"\b(?:plan(?:s|ning|ned)? (?:to|on)|(?:is|are|am) planning|looking forward to|wants? to|wanted to|"
+    r"would like to|hopes? to|hoping to|(?:is|are|am) going to|intends? to|thinking (?:about|of)|"
+    r"considering|can't wait to|cannot wait to|looking to|preparing (?:to|for)|getting ready (?:to|for)|"
+    r"(?:is|are|am) organi[sz]ing|scheduled to|interest(?:ed)? in)\b",
+    re.IGNORECASE,
+)
+_GENERIC_PLAN_VERBS = tf._wordset("go going have having do doing get getting make making")
+_PLAN_VERBS_OWN = re.compile(r"(?:plann|organi[sz]|prepar|getting ready)", re.IGNORECASE)
+_OBJECT_END = tf._wordset(
+    """
+    to for with at in on from about next this last later soon after before during because so that which
+    who when while than since until one two three four five six seven eight nine ten few several
+    """
+)
+_PAST_IRREGULAR = tf._wordset(
+    """
+    went got took made saw met won bought ran wrote held gave found did began became flew drove
+    built sold left came brought caught taught threw chose spoke heard kept lost paid read sang sent
+    spent stood swam told thought understood wore
+    """
+)
+_IRREGULAR_BASE = dict(
+    pair.split(":", 1)
+    for pair in tf._wordset(
+        """
+        went:go got:get took:take made:make saw:see met:meet won:win bought:buy ran:run wrote:write
+        held:hold gave:give found:find began:begin became:become flew:fly drove:drive built:build
+        sold:sell came:come brought:bring caught:catch taught:teach threw:throw chose:choose spoke:speak
+        heard:hear kept:keep lost:lose paid:pay sang:sing sent:send spent:spend stood:stand swam:swim
+        told:tell thought:think wore:wear
+        """
+    )
+)
+
+
+def base(word: str) -> str:
+    """A verb's base form for matching a plan to its report ("ran" / "running" -> "run")."""
+    return tf.stem(_IRREGULAR_BASE.get(word, word))
+
+
+_NOT_PAST = tf._wordset(
+    """
+    excited interested based named called used need needed tired scared related dedicated
+    motivated inspired talented determined focused committed passionate
+    """
+)
+_EARLIER = re.compile(
+    r"\b(?:years? ago|last year|as a (?:kid|child|teen)|when (?:she|he|they|i) (?:was|were)|childhood|"
+    r"used to|back then|in the past|growing up|once)\b",
+    re.IGNORECASE,
+)
+
+# Single-valued slots: one person has one value at a time. The value must be a name or a number.
+_SLOTS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (name, re.compile(p))
+    for name, p in (
+        ("residence", r"\b(?:[Ll]ives?|[Ll]iving|[Bb]ased|[Rr]esides?|[Mm]oved|[Rr]elocated|[Mm]oving)\s+"
+                      r"(?:back\s+|now\s+)?(?:in|to|into)\s+(?:the\s+)?(?P<v>[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*)*)"),
+        ("residence", r"\b[Hh]ome(?:town)? is (?:in\s+)?(?P<v>[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*)*)"),
+        ("employer", r"\b(?:[Ww]orks?|[Ww]orking|[Ee]mployed|[Jj]ob|[Hh]ired)\s+(?:now\s+)?(?:at|for|by)\s+"
+                     r"(?P<v>[A-Z][\w&'-]*(?:\s+[A-Z][\w&'-]*)*)"),
+        ("vehicle", r"\b(?:[Dd]rives?|[Dd]riving)\s+(?:a|an|the)?\s*(?P<v>[A-Z][\w-]*(?:\s+[A-Z0-9][\w-]*)*)"),
+        ("partner", r"\b(?:[Mm]arried to|[Dd]ating|[Ee]ngaged to)\s+(?P<v>[A-Z][\w'-]*)"),
+        ("age", r"\b(?P<v>\d{1,3})[ -]years?[ -]old\b"),
+        ("employer", r"\b[Ee]mployer(?: is|:)\s*(?P<v>[A-Z][\w&'-]*(?:\s+[A-Z][\w&'-]*)*)"),
+        ("manager", r"\b(?:[Mm]anager(?: is|:|,)|[Rr]eports? to|[Rr]eporting to)\s*(?P<v>[A-Z][\w'-]*)"),
+        ("email", r"\b[Ee]-?mail(?: address)?(?: is|:)\s*(?P<v>\S+@\S+)"),
+        ("phone", r"\b(?:[Pp]hone )?[Nn]umber(?: is|:)\s*(?P<v>[+\d][\d\s()-]{5,}\d)"),
+    )
+)
+
+
+@dataclass(frozen=True)
+class Ending:
+    """An explicit end of a value in a statement: the cue and the words of what ended."""
+
+    cue: str
+    obj: tuple[str, ...]
+
+
+def endings(text: str) -> list[Ending]:
+    """Each "stopped X" / "sold the X" / "no longer X" construction, with X's content words."""
+    out: list[Ending] = []
+    for m in _END.finditer(text.replace("\u2019", "'")):
+        cue = " ".join(m.group("cue").lower().split())
+        rest = text[m.end("cue"):]
+        if re.match(r"(?:stop|drop|sold)", cue) and re.match(r"\s+(?:by|at|in|for|to|over|off|out|into)\b", rest):
+            continue  # "stopped by the cafe", "dropped off the kids", "sold out": visits and errands
+        if cue == "left" and not re.match(r"\s+(?:the|my|our|his|her|their|[A-Z])", text[m.end("cue"):]):
+            continue  # "left for Paris", "left review comments", "left hand": no value ended
+        if cue == "left" and re.search(r"\b(?:the|my|our|his|her|their|your|a)\s+$", text[: m.start("cue")]):
+            continue  # "their left hand"
+        obj = _OBJ_STOP.split(m.group("obj"), maxsplit=1)[0]
+        words = tuple(w for w in tf.words(obj) if w not in tf.STOPWORDS)[:3]
+        if words:
+            out.append(Ending(cue, words))
+    return out
+
+
+def reverses(text: str) -> bool:
+    """A negation that says a former state stopped ("don't ... anymore", "no longer", "quit")."""
+    return tf.has_negation(text) and _NEG_AGAIN.search(text.lower()) is not None or bool(
+        re.search(r"\b(?:no longer|stopped|quit|gave up)\b", text.lower()))
+
+
+_FUTURE = re.compile(r"\b(?:next|will|soon|upcoming|tomorrow|someday|one day)\b", re.IGNORECASE)
+
+
+def future(text: str) -> bool:
+    """Speaks of what is still to come ("my next language", "will start"): not a present fact."""
+    return _FUTURE.search(text) is not None
+
+
+_USER_OBJECT = re.compile(r"^\s*[A-Z][\w'-]*\s+\w+\s+(?:the\s+)?(?:user|me)\b", re.IGNORECASE)
+_LEAD_SKIP = tf._wordset("i user the a an my our we this that it there decision note goal current currently")
+
+
+def user_is_object(text: str) -> bool:
+    """Someone else acts on the user ("Amir lent the user £30"): roles the other way round from
+    "Lent Amir £30" / "User gave Amir ..."."""
+    return _USER_OBJECT.match(text) is not None and not re.match(r"^\s*(?:the\s+)?user\b", text, re.IGNORECASE)
+
+
+_VERBISH = tf._wordset("is was has had does doesn't isn't wasn't can can't will would should never always also just")
+
+
+def lead_subject(text: str) -> str:
+    """A name that opens the statement as its subject ("Felix got a job"), lower-cased; "" for the
+    user ("I", "User", no subject: "Lives in Lisbon") or anything else. Updates need both to agree."""
+    m = re.match(r"^\s*([A-Z][\w'-]*?)(?:'s)?\s+([a-z][\w']*)", text.replace("\u2019", "'"))
+    if m is None or m.group(1).lower() in _LEAD_SKIP:
+        return ""
+    nxt = m.group(2)
+    verbish = (nxt in _VERBISH or nxt in _PAST_IRREGULAR or nxt.endswith("ed")
+               or (nxt.endswith("s") and not nxt.endswith("ss")) or "'s" in m.group(0))
+    return m.group(1).lower() if verbish else ""
+
+
+def slots(text: str) -> dict[str, str]:
+    """The single-valued slots a statement fills, with their value (lower-cased)."""
+    out: dict[str, str] = {}
+    for name, pattern in _SLOTS:
+        m = pattern.search(text.replace("\u2019", "'"))
+        if m and name not in out:
+            out[name] = " ".join(m.group("v").lower().split())
+    return out
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a statement says someone intends: the verb (None when the marker is the verb itself,
+    "organizing a party") and the object's content words ("gaming party")."""
+
+    verb: str | None
+    obj: tuple[str, ...]
+
+
+def plan(text: str) -> Plan | None:
+    """The plan a statement states, or None."""
+    m = _PLAN.search(text)
+    if m is None:
+        return None
+    own = _PLAN_VERBS_OWN.search(m.group(0)) is not None
+    toks = [w for w in tf.words(text[m.end():]) if w not in ("a", "an", "the", "my", "his", "her", "their", "our")]
+    verb: str | None = None
+    if not own and toks and toks[0] not in _OBJECT_END:
+        verb = toks.pop(0)
+        if verb in _GENERIC_PLAN_VERBS or verb in tf.STOPWORDS:
+            verb = None
+    obj: list[str] = []
+    for w in toks:
+        if w in _OBJECT_END or any(ch.isdigit() for ch in w) or w in tf._TIME_WORDS or w in ("week", "month", "year"):
+            break
+        if w not in tf.STOPWORDS and w not in ("up", "out", "off", "down", "over", "back"):
+            obj.append(w)
+        if len(obj) == 3:
+            break
+    if not obj and verb is None:
+        return None
+    return Plan(verb=verb, obj=tuple(obj))
+
+
+def reports_done(text: str) -> bool:
+    """A completed occurrence: a past-tense verb, no plan of its own, not a memory of long ago."""
+    if plan(text) or _EARLIER.search(text):
+        return False
+    return any(w in _PAST_IRREGULAR or (w.endswith("ed") and len(w) > 4 and w not in _NOT_PAST)
+               for w in tf.words(text))
