@@ -32,11 +32,13 @@ LIGHT = tf._wordset(
     """
     use uses used using named name called has have having get got thing things something stuff
     lot lots kind sort really actually currently person someone one ones people also just
+    mention mentions mentioned say says said tell tells told explain explains explained
     """
 )
 """Words whose absence in the other statement hides nothing ("User has a dog named Rex" / "My dog
-Rex is ..."): they carry the sentence, not the fact. Preference verbs ("like", "love") are not
-light: "I like shopping" is not said by "I often shop for shoes"."""
+Rex is ..."), or report that it was said ("mentioned that ..."): they carry the sentence, not the
+fact. Preference verbs ("like", "love") are not light: "I like shopping" is not said by "I often
+shop for shoes"."""
 
 
 @dataclass(frozen=True)

@@ -61,16 +61,17 @@ def _vec(seed: int, base: np.ndarray | None = None, mix: float = 0.0) -> np.ndar
     return (v / np.linalg.norm(v)).astype(np.float32)
 
 
-def _mem(mid: str, text: str, vec: np.ndarray) -> Memory:
-    return Memory(mid, "u-1", text, "2026-01-01T00:00:00Z", "2026-01-01T00:00:00Z", vector=vec)
+def _mem(mid: str, text: str, vec: np.ndarray, day: int = 1) -> Memory:
+    at = f"2026-01-{day:02d}T00:00:00Z"
+    return Memory(mid, "u-1", text, at, at, vector=vec)
 
 
 @pytest.fixture()
 def pair() -> tuple[Memory, list[Memory]]:
     """Two candidates the offline judge leaves unrelated (moderate cosine, no cue), so the LLM decides."""
     anchor = _vec(1)
-    new = _mem("m-new", "Auth DB is PostgreSQL", anchor)
-    old = _mem("m-old", "Use Postgres for auth", _vec(2, anchor, 0.45))  # cos ~0.6, no shared frame
+    new = _mem("m-new", "Auth uses PostgreSQL", anchor, day=5)  # a later session than the candidates
+    old = _mem("m-old", "Use PostgreSQL for the auth service", _vec(2, anchor, 0.45))  # cos ~0.6
     other = _mem("m-oth", "Likes hiking", _vec(3, anchor, 0.4))
     return new, [old, other]
 

@@ -156,7 +156,7 @@ def load(n_users: int = 30) -> list[bytes]:
         texts = [*FILLER[:8], "User lives in Lisbon.", "I moved to Berlin."]
         for n, text in enumerate(texts):
             stamp = (start + timedelta(milliseconds=n)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-            out.append(line(event(n, user, text, created_at=stamp)))
+            out.append(line(event(n, user, text, created_at=stamp, run_id=f"chat-{u}-{n}")))  # one session each
     return out
 
 
