@@ -137,7 +137,7 @@ class OfflineJudge:
             return Verdict(old.memory_id, rel, round(conf, 4), rule, scores, new_fuller)
 
         if _norm(new.text) == _norm(old.text):
-            if tf.episode_words(new.text) and new.created_at[:10] != old.created_at[:10]:
+            if uc.occasions(new.text) and new.created_at[:10] != old.created_at[:10]:
                 return v("unrelated", 0.0, "another_occasion")  # "this morning" on two days: two events
             return v("same", 1.0, "exact_text")
         if fn is None or fo is None:
@@ -151,10 +151,10 @@ class OfflineJudge:
             return v("unrelated", 1 - cos, "different_subject")
         if tf.order_swapped(new.text, old.text) or uc.user_is_object(new.text) != uc.user_is_object(old.text):
             return v("unrelated", 1 - cos, "roles_swapped")
-        if tf.episode_words(new.text) != tf.episode_words(old.text):
+        if uc.occasions(new.text) != uc.occasions(old.text):
             return v("unrelated", 1 - cos, "another_occasion")
         later = (not same_session(new, old) and new.created_at >= old.created_at
-                 and uc.lead_subject(new.text) == uc.lead_subject(old.text))
+                 and uc.same_subject(new.text, old.text))
 
         ended = self._ended(new.text, old.text, fn, fo)
         neg_new, neg_old = tf.has_negation(new.text), tf.has_negation(old.text)
@@ -200,8 +200,10 @@ class OfflineJudge:
     def _same(self, new: Memory, old: Memory, old_in_new: al.Coverage,
               new_in_old: al.Coverage) -> tuple[str, bool | None] | None:
         """("contained"|"equivalent", new is fuller) when one says everything the other says."""
-        new_keeps = old_in_new.full and _literals_within(old.text, new.text) and not _changes(new.text, old.text)
-        old_keeps = new_in_old.full and _literals_within(new.text, old.text) and not _changes(old.text, new.text)
+        new_keeps = (old_in_new.full and _literals_within(old.text, new.text) and not _changes(new.text, old.text)
+                     and uc.possession_kept(old.text, new.text))
+        old_keeps = (new_in_old.full and _literals_within(new.text, old.text) and not _changes(old.text, new.text)
+                     and uc.possession_kept(new.text, old.text))
         if not (new_keeps or old_keeps):
             return None
         # An update said as a restatement ("planning a trip to Boston" / "booked a flight to Boston")
@@ -276,12 +278,13 @@ def _role_sim(feats: al.TokenFeatures, word: str, fo: al.TokenFeatures) -> float
 def _changes(kept: str, other: str) -> bool:
     """`kept` marks a change `other` does not ("... now, not Redis", "replace X with Y", "stop
     deploying to X"): the fuller statement then reports a new state, and merging would hide the old."""
-    return tf.has_change_cue(kept, other) or bool(uc.endings(kept)) and not uc.endings(other)
+    cue = tf.has_change_cue(kept, other) and not tf.has_change_cue(other, kept)  # both: the topic ("left-handed")
+    return cue or (bool(uc.endings(kept)) and not uc.endings(other))
 
 
 def _literals_within(other: str, kept: str) -> bool:
     """The numbers and day anchors of `other` are all in `kept` (another number is another fact)."""
-    return tf.numbers(other) <= tf.numbers(kept) and tf.episode_words(other) <= tf.episode_words(kept)
+    return tf.numbers(other) <= tf.numbers(kept) and uc.occasions(other) <= uc.occasions(kept)
 
 
 def _near_cover(a: al.Coverage, b: al.Coverage) -> bool:

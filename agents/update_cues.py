@@ -92,7 +92,8 @@ _SLOTS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("residence", r"\b(?:[Ll]ives?|[Ll]iving|[Bb]ased|[Rr]esides?|[Mm]oved|[Rr]elocated|[Mm]oving)\s+"
                       r"(?:back\s+|now\s+)?(?:in|to|into)\s+(?:the\s+)?(?P<v>[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*)*)"),
         ("residence", r"\b[Hh]ome(?:town)? is (?:in\s+)?(?P<v>[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*)*)"),
-        ("employer", r"\b(?:[Ww]orks?|[Ww]orking|[Ee]mployed|[Jj]ob|[Hh]ired)\s+(?:now\s+)?(?:at|for|by)\s+"
+        ("employer", r"\b(?:[Ww]orks?|[Ww]orking|[Ee]mployed|[Jj]ob|[Hh]ired)\s+(?:now\s+)?(?:as an? [a-z]+\s+)?"
+                     r"(?:at|for|by)\s+"
                      r"(?P<v>[A-Z][\w&'-]*(?:\s+[A-Z][\w&'-]*)*)"),
         ("vehicle", r"\b(?:[Dd]rives?|[Dd]riving)\s+(?:a|an|the)?\s*(?P<v>[A-Z][\w-]*(?:\s+[A-Z0-9][\w-]*)*)"),
         ("partner", r"\b(?:[Mm]arried to|[Dd]ating|[Ee]ngaged to)\s+(?P<v>[A-Z][\w'-]*)"),
@@ -160,15 +161,25 @@ _VERBISH = tf._wordset("is was has had does doesn't isn't wasn't can can't will 
 
 
 def lead_subject(text: str) -> str:
-    """A name that opens the statement as its subject ("Felix got a job"), lower-cased; "" for the
-    user ("I", "User", no subject: "Lives in Lisbon") or anything else. Updates need both to agree."""
-    m = re.match(r"^\s*([A-Z][\w'-]*?)(?:'s)?\s+([a-z][\w']*)", text.replace("\u2019", "'"))
+    """Who the statement is about: a name that opens it as the subject ("Felix got a job"),
+    lower-cased; "user" for an explicit I / User / My / We; "" when it has no subject ("Sold the
+    Subaru", "Lives in Lisbon"), which fits anyone."""
+    t = text.replace("\u2019", "'").strip()
+    if re.match(r"(?:i|i'm|i've|i'd|we|we're|we've|my|our|(?:the )?user(?:'s)?)\b", t, re.IGNORECASE):
+        return "user"
+    m = re.match(r"([A-Z][\w'-]*?)(?:'s)?\s+([a-z][\w']*)", t)
     if m is None or m.group(1).lower() in _LEAD_SKIP:
         return ""
     nxt = m.group(2)
     verbish = (nxt in _VERBISH or nxt in _PAST_IRREGULAR or nxt.endswith("ed")
                or (nxt.endswith("s") and not nxt.endswith("ss")) or "'s" in m.group(0))
     return m.group(1).lower() if verbish else ""
+
+
+def same_subject(a: str, b: str) -> bool:
+    """Both statements can be about one person: the same subject, or one without a subject."""
+    sa, sb = lead_subject(a), lead_subject(b)
+    return sa == sb or not sa or not sb
 
 
 def slots(text: str) -> dict[str, str]:
@@ -216,8 +227,37 @@ def plan(text: str) -> Plan | None:
 
 
 def reports_done(text: str) -> bool:
-    """A completed occurrence: a past-tense verb, no plan of its own, not a memory of long ago."""
+    """A completed occurrence: a simple past verb, no plan of its own, not a memory of long ago.
+    A perfect ("has played the violin for years") reports a state that still holds, not a one-off."""
     if plan(text) or _EARLIER.search(text):
         return False
-    return any(w in _PAST_IRREGULAR or (w.endswith("ed") and len(w) > 4 and w not in _NOT_PAST)
-               for w in tf.words(text))
+    ws = tf.words(text)
+    return any((w in _PAST_IRREGULAR or (w.endswith("ed") and len(w) > 4 and w not in _NOT_PAST))
+               and (i == 0 or ws[i - 1] not in _PERFECT) for i, w in enumerate(ws))
+
+
+_PERFECT = tf._wordset("have has had i've we've they've she's he's been having")
+_OCCASION = re.compile(
+    r"(?<!every )(?<!each )(?<!most )\b(monday|tuesday|wednesday|thursday|friday|saturday|sunday|today|"
+    r"yesterday|tonight|tomorrow|morning|afternoon|evening)\b"
+)
+
+
+_HAVE = re.compile(r"\b(?:has|have|had|owns?|owned)\s+(?:(?:a|an|the|two|three|four|some)\s+)?(\w+)", re.I)
+
+
+def possession_kept(hidden: str, kept: str) -> bool:
+    """What `hidden` says someone has ("We have a flat in Leith"), `kept` says as theirs too ("has a
+    flat", "my dog Rex"), not only as a thing ("The flat in Leith has a balcony")."""
+    for m in _HAVE.finditer(hidden):
+        noun = re.escape(m.group(1).lower())
+        owned = rf"\b(?:has|have|had|owns?|owned|my|our|his|her|their|\w+'s)\s+(?:\w+[\s-]+){{0,3}}{noun}"
+        if not re.search(owned, kept.lower()):
+            return False
+    return True
+
+
+def occasions(text: str) -> frozenset[str]:
+    """Day anchors that make a statement one occasion ("on Monday", "this morning"); a habit's
+    ("every morning") is no occasion."""
+    return frozenset(_OCCASION.findall(text.lower()))
