@@ -4,11 +4,13 @@ Pure logic: no Kafka, no Qdrant, no network. The ingest pipeline calls `decide(n
 with the same user's active facts (exact text matches first, then nearest by cosine, at most
 `CANDIDATE_K`) and applies the returned `Decision`s.
 
-Structure: a `Judge` labels each (new, candidate) pair as "same" / "replaces" / "unrelated";
-`decide_with` turns those verdicts into decisions (which duplicate is canonical, which fact is
-superseded, pinned targets -> `conflict`). The default `OfflineJudge` uses only the stored
-embedding vectors and generic text signals (see `text_features`), so it is deterministic and
-cheap; an optional `embedder` adds one embedding per masked difference for the top candidates.
+Structure: a `Judge` labels each (new, candidate) pair as "same" / "replaces" / "unrelated", or
+abstains ("review_same" / "review_replaces"); `gate` holds every judge's automatic actions to the
+same checks; `decide_with` turns the verdicts into decisions (which duplicate is canonical, which
+fact is superseded, pinned targets -> `conflict`, abstentions -> one `review`). The default
+`OfflineJudge` is precision first: similarity only nominates, and an action needs positive
+evidence (word-level containment for a merge, an explicit update for a supersede), read from the
+word features stored with each memory, so judging embeds nothing.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import Literal, Protocol
 
 import numpy as np
@@ -114,11 +117,12 @@ class OfflineJudge:
     def features(self, memories: Sequence[Memory]) -> list[al.TokenFeatures | None]:
         """Each memory's stored word features; computed (and kept in process) only where missing."""
         out = [al.TokenFeatures.from_payload(m.features) for m in memories]
-        need = [m.text for m, f in zip(memories, out, strict=True) if f is None and m.text not in self._legacy]
+        need = list(dict.fromkeys(m.text for m, f in zip(memories, out, strict=True)
+                                  if f is None and m.text not in self._legacy))
         if need and self.featurize is not None:
             if len(self._legacy) > 4096:
                 self._legacy.clear()
-            self._legacy.update(zip(need, self.featurize(list(dict.fromkeys(need))), strict=False))
+            self._legacy.update(zip(need, self.featurize(need), strict=True))
         return [f if f is not None else self._legacy.get(m.text) for m, f in zip(memories, out, strict=True)]
 
     def judge(self, new: Memory, candidates: Sequence[Memory]) -> list[Verdict]:
@@ -153,8 +157,10 @@ class OfflineJudge:
             return v("unrelated", 1 - cos, "roles_swapped")
         if uc.occasions(new.text) != uc.occasions(old.text):
             return v("unrelated", 1 - cos, "another_occasion")
-        later = (not same_session(new, old) and new.created_at >= old.created_at
-                 and uc.same_subject(new.text, old.text))
+        later = not same_session(new, old) and new.created_at >= old.created_at
+        # "Felix got a new job" is no update of "User works at ...": another person's statement.
+        update = partial(self._update, v, later, cos) if uc.same_subject(new.text, old.text) else (
+            lambda rule: v("unrelated", 1 - cos, f"different_subject:{rule}"))
 
         ended = self._ended(new.text, old.text, fn, fo)
         neg_new, neg_old = tf.has_negation(new.text), tf.has_negation(old.text)
@@ -164,7 +170,7 @@ class OfflineJudge:
         if neg_new != neg_old and not ended:
             negated = new.text if neg_new else old.text
             if neg_new and uc.reverses(new.text) and old_in_new.full:
-                return self._update(v, later, cos, "reversal")
+                return update("reversal")
             if not tf.negation_only_in_added_clause(negated):
                 if cos >= self.review_replace_cos and (old_in_new.full or new_in_old.full):
                     return v("review_replaces", cos, "polarity_unclear")
@@ -175,15 +181,15 @@ class OfflineJudge:
                 return v("same", cos, same[0], same[1])
 
         if ended:
-            return self._update(v, later, cos, f"explicit_end:{ended}")
+            return update(f"explicit_end:{ended}")
         slot = self._slot_change(new.text, old.text)
         if slot:
             if tf.has_additive_cue(new.text):
                 return v("review_replaces", cos, f"slot_change_additive:{slot}")
-            return self._update(v, later, cos, f"slot_change:{slot}")
+            return update(f"slot_change:{slot}")
         done = self._plan_done(new.text, old.text, fn, fo)
         if done == "done":
-            return self._update(v, later, cos, "plan_done")
+            return update("plan_done")
         if done == "partial" and later and cos >= self.review_replace_cos:
             return v("review_replaces", cos, "plan_maybe_done")
         if cos >= self.review_merge_cos and _near_cover(old_in_new, new_in_old):

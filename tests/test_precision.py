@@ -190,3 +190,23 @@ def test_an_abstention_is_a_review_item_the_pass_lists_and_resolves(edge_store, 
     runner.apply_plan(edge_store, embedder, plan, choices={0: "A"})
     old = edge_store.retrieve(["m-u1-1"])["m-u1-1"]
     assert old.status == "superseded" and old.superseded_by == "m-u1-2"
+
+
+def test_ingest_embeds_each_new_memory_once_and_no_stored_one(edge_store, embedder: Embedder,  # type: ignore[no-untyped-def]
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one model pass per new memory gives its vector and features; the candidates' features
+    are read from the store (the judge's legacy path would call the same method)."""
+    proc = Processor(edge_store, embedder)
+    proc.process([Incoming(line(event(n, "u1", t, day=n))) for n, t in enumerate(
+        ["Noor lives in Tunis.", "Noor has a dog called Sami.", "Noor teaches chemistry."], start=1)])
+    seen: list[str] = []
+    real = embedder.encode_with_features
+
+    def counting(texts):  # type: ignore[no-untyped-def]
+        seen.extend(texts)
+        return real(texts)
+
+    monkeypatch.setattr(embedder, "encode_with_features", counting)
+    result = proc.process([Incoming(line(event(4, "u1", "Noor moved to Sfax.", day=9)))])
+    assert result.decisions == {"supersede": 1}
+    assert seen == ["Noor moved to Sfax."]
