@@ -112,6 +112,7 @@ class OfflineJudge:
     review_merge_cos: float = 0.80
     review_replace_cos: float = 0.60
     role_match: float = 0.75
+    strict_role_match: float = 0.85
     _legacy: dict[str, al.TokenFeatures] = field(default_factory=dict, repr=False)
 
     def features(self, memories: Sequence[Memory]) -> list[al.TokenFeatures | None]:
@@ -231,9 +232,13 @@ class OfflineJudge:
         for e in uc.endings(new_text):
             if e.cue in old_cues or tf.has_negation(old_text):
                 continue
+            if any(w in old_names or tf.stem(w) in {tf.stem(n) for n in old_names} for w in e.obj):
+                return e.cue  # a name the old statement states ("sold the Subaru", "left Google")
             head = e.obj[0]
-            if head in old_names or tf.stem(head) in {tf.stem(n) for n in old_names}:
-                return e.cue
+            if not e.owned:  # "replace oxlint": the old statement's very word, in the same role
+                if head in fo.words and _role_sim(fn, head, fo) >= self.strict_role_match:
+                    return e.cue
+                continue
             # A common noun must be the same word in the same role ("the painting" is not "painted").
             if tf.stem(head) in set(fo.stems) and _role_sim(fn, head, fo) >= self.role_match:
                 return e.cue

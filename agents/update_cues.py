@@ -112,24 +112,45 @@ class Ending:
 
     cue: str
     obj: tuple[str, ...]
+    owned: bool = True
+    """False for an everyday verb without a determiner ("sold clothes", "replace oxlint"): only the
+    very word the old statement uses, in the same role, then counts."""
+
+
+_OWNED_OBJECT = re.compile(r"\s+(?:the|my|our|his|her|their|your|[A-Z])")
+_INSTITUTION = tf._wordset(
+    """
+    job company team band school college university position role club group church firm office
+    partner boyfriend girlfriend husband wife fiance fiancee
+    """
+)
 
 
 def endings(text: str) -> list[Ending]:
-    """Each "stopped X" / "sold the X" / "no longer X" construction, with X's content words."""
+    """Each "stopped X" / "sold the X" / "no longer X" construction, with X's content words.
+
+    Verbs that also name everyday acts need a thing of someone's as their object: "sold the Subaru"
+    ends a value, "sold clothes" is a shop's day; "left his job" does, "left the city for a hike"
+    does not; "instead of" only in a standing statement, not in one evening's choice."""
     out: list[Ending] = []
     for m in _END.finditer(text.replace("\u2019", "'")):
         cue = " ".join(m.group("cue").lower().split())
         rest = text[m.end("cue"):]
         if re.match(r"(?:stop|drop|sold)", cue) and re.match(r"\s+(?:by|at|in|for|to|over|off|out|into)\b", rest):
             continue  # "stopped by the cafe", "dropped off the kids", "sold out": visits and errands
-        if cue == "left" and not re.match(r"\s+(?:the|my|our|his|her|their|[A-Z])", text[m.end("cue"):]):
-            continue  # "left for Paris", "left review comments", "left hand": no value ended
+        owned = not re.match(r"(?:sold|left|drop|ditch|replac|got rid)", cue) or bool(_OWNED_OBJECT.match(rest))
+        if cue == "left" and not owned:
+            continue  # "left review comments", "left-handed"
         if cue == "left" and re.search(r"\b(?:the|my|our|his|her|their|your|a)\s+$", text[: m.start("cue")]):
             continue  # "their left hand"
+        if cue in ("instead of", "rather than") and reports_done(text):
+            continue  # "played chess instead of video games": one occasion, not a changed habit
         obj = _OBJ_STOP.split(m.group("obj"), maxsplit=1)[0]
         words = tuple(w for w in tf.words(obj) if w not in tf.STOPWORDS)[:3]
+        if cue == "left" and words and not (words[0] in _INSTITUTION or re.match(r"\s+[A-Z]", rest)):
+            continue  # "left the city for a hike": a trip, not a move; a job, a band or a name is left for good
         if words:
-            out.append(Ending(cue, words))
+            out.append(Ending(cue, words, owned))
     return out
 
 

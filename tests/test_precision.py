@@ -54,10 +54,14 @@ def actions(ds: list[list[Decision]]) -> list[str]:
         ["Priya plays tennis on weekends.", "Priya joined a book club at the library."],
         ["Priya lives in Leeds.", "Priya moved her desk next to the window."],
         ["Priya loves her garden.", "Priya is now really into birdwatching."],
+        ["Priya lives in the city centre.", "Priya left the city for a weekend hike."],
+        ["Priya owns a small clothing shop.", "Priya sold clothes at the weekend market."],
+        ["Priya plays board games with friends.", "Priya played chess instead of board games last night."],
     ],
 )
 def test_a_change_word_on_an_added_fact_is_no_update(embedder: Embedder, texts: list[str]) -> None:
-    """Pattern 1: "started", "joined", "moved", "now" open added facts as often as updates."""
+    """Pattern 1: "started", "joined", "moved", "now" open added facts as often as updates, and
+    "left", "sold", "instead of" also name everyday acts."""
     assert not set(actions(stream(embedder, texts))) & set(APPLIED)
 
 
