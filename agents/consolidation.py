@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from dreamstream.agents import text_features as tf
-from dreamstream.agents.merge_supersede import _cos
+from dreamstream.agents.merge_supersede import FeaturesOf, _cos
 from dreamstream.schemas.memory import Memory
 
 log = logging.getLogger("dreamstream.consolidation")
@@ -198,11 +198,12 @@ Judge = Callable[[Memory, Memory], tuple[str, str]]
 "review_same" / "review_replaces", which the pass proposes like the others: a person decides here."""
 
 
-def offline_judge() -> Judge:
-    """The ingest path's offline judge read pairwise (the same rules decide inline and here)."""
-    from dreamstream.agents.merge_supersede import OfflineJudge, packaged_featurizer
+def offline_judge(featurize: FeaturesOf | None = None) -> Judge:
+    """The ingest path's offline judge read pairwise (the same rules decide inline and here);
+    `featurize` serves memories stored without word features (the pass's own merged texts)."""
+    from dreamstream.agents.merge_supersede import OfflineJudge
 
-    judge = OfflineJudge(featurize=packaged_featurizer())
+    judge = OfflineJudge(featurize=featurize)
 
     def pair(newer: Memory, older: Memory) -> tuple[str, str]:
         verdict = judge.judge_pair(newer, older)

@@ -397,23 +397,11 @@ def decide_with(judge: Judge, new: Memory, candidates: Sequence[Memory]) -> list
     return out
 
 
-_DEFAULT: Judge | None = None
-
-
-def packaged_featurizer() -> FeaturesOf | None:
-    """The process's shared model, for word features of memories stored before they were kept.
-
-    Imported lazily so this module stays importable, and usable from stored features alone, without it."""
-    try:
-        from dreamstream.streams.embedding import shared_embedder
-    except ImportError:  # pragma: no cover - the package always ships it
-        return None
-    return shared_embedder().features
+_DEFAULT = OfflineJudge()
 
 
 def decide(new: Memory, candidates: Sequence[Memory]) -> list[Decision]:
-    """The pipeline entry point: decisions for `new` against the user's active `candidates`."""
-    global _DEFAULT
-    if _DEFAULT is None:
-        _DEFAULT = OfflineJudge(featurize=packaged_featurizer())
+    """Decisions for `new` against the user's active `candidates` with the offline judge, from the
+    memories' stored word features (the pipeline builds its judge with a featurizer for memories
+    stored without them: `streams/judges.py`)."""
     return decide_with(_DEFAULT, new, candidates)

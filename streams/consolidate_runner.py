@@ -26,6 +26,7 @@ import numpy as np
 from dreamstream.agents import consolidation as cons
 from dreamstream.schemas.events import now_iso, status_event
 from dreamstream.schemas.memory import Memory
+from dreamstream.streams.judges import featurizer
 from dreamstream.streams.pipeline import LINK_FIELDS
 from dreamstream.streams.store import MemoryStore
 
@@ -64,6 +65,7 @@ def make_plan(store: MemoryStore, user_id: str, app_id: str | None, retention: M
     memories = fetch_scope(store, user_id, app_id, progress)
     live = [m for m in memories if m.status in ("active", "superseded")]
     plan = cons.analyse(live, project=project_of(user_id, app_id), user_id=user_id, app_id=app_id,
+                        judge=cons.offline_judge(featurizer()),
                         now=now or cons.now_utc(), retention=retention)
     return plan, len(live)
 
@@ -111,8 +113,16 @@ def apply_plan(
                                    {**evidence, **(extra or {})}))
 
     new_texts = [p.merged_text for p in plan.merges]
-    vectors: list[Any] = list(embed(new_texts)) if new_texts else []
-    for proposal, vector in zip(plan.merges, vectors, strict=True):
+    full = getattr(embed, "encode_with_features", None)  # the judge's word features, in the same pass
+    vectors: list[Any] = []
+    features: list[dict[str, Any] | None] = []
+    if new_texts and full is not None:
+        vecs, feats = full(new_texts)
+        vectors, features = list(vecs), [f.to_payload() for f in feats]
+    elif new_texts:
+        vectors = list(embed(new_texts))
+        features = [None] * len(vectors)
+    for proposal, vector, feature in zip(plan.merges, vectors, features, strict=True):
         a, b = touch(proposal.a), touch(proposal.b)
         new_id = "cons-" + hashlib.sha256(f"{a.memory_id}+{b.memory_id}".encode()).hexdigest()[:16]
         canonical = Memory(
@@ -121,7 +131,7 @@ def apply_plan(
             project_id=a.project_id if a.project_id == b.project_id else None,
             merged_from=[a.memory_id, b.memory_id],
             metadata={"type": a.memory_type, "confidence": max(a.confidence, b.confidence), "source": cons.SOURCE},
-            vector=np.asarray(vector, dtype=np.float32), decision_ids=[did],
+            vector=np.asarray(vector, dtype=np.float32), features=feature, decision_ids=[did],
         )
         created.append(canonical)
         for m in (a, b):

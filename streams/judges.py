@@ -9,7 +9,7 @@ A misconfiguration is an error at start, not a silent fall back to the offline j
 from __future__ import annotations
 
 from dreamstream.agents.llm_client import ChatEndpoint
-from dreamstream.agents.merge_supersede import Judge, OfflineJudge, packaged_featurizer
+from dreamstream.agents.merge_supersede import FeaturesOf, Judge, OfflineJudge
 from dreamstream.agents.pattern_writer import LLMPatternWriter
 from dreamstream.streams.settings import Settings
 
@@ -48,25 +48,32 @@ _built: dict[tuple[object, ...], Judge] = {}
 feed) shares one, so an NLI model is loaded once and the LLM judge's reply cache is kept."""
 
 
-def judge_from_settings(s: Settings) -> Judge | None:
-    """The configured judge, or None for the default offline one (built lazily by `decide`)."""
+def featurizer() -> FeaturesOf:
+    """Word features from the process's shared model, for memories stored without them."""
+    from dreamstream.streams.embedding import shared_embedder
+
+    return lambda texts: shared_embedder().features(texts)
+
+
+def judge_from_settings(s: Settings) -> Judge:
+    """The configured judge (offline unless DREAM_JUDGE says otherwise), built once per configuration."""
     check_settings(s)
     name = s.judge.strip().lower()
-    if name == "offline":
-        return None
     key = (name, s.nli_model, s.llm_url, s.llm_model, s.llm_api_key, s.llm_timeout)
     if key not in _built:
-        fallback = OfflineJudge(featurize=packaged_featurizer())
-        if name == "nli":
+        offline = OfflineJudge(featurize=featurizer())
+        if name == "offline":
+            _built[key] = offline
+        elif name == "nli":
             from dreamstream.agents.nli_judge import NLIJudge
 
-            _built[key] = NLIJudge.from_path(str(s.nli_model), fallback=fallback)
+            _built[key] = NLIJudge.from_path(str(s.nli_model), fallback=offline)
         else:
             from dreamstream.agents.llm_judge import LLMJudge
 
             ep = _endpoint(s, "DREAM_JUDGE=llm")
             _built[key] = LLMJudge(base_url=ep.base_url, model=ep.model, api_key=ep.api_key,
-                                   timeout_s=ep.timeout_s, fallback=fallback)
+                                   timeout_s=ep.timeout_s, fallback=offline)
     return _built[key]
 
 

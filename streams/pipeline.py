@@ -66,15 +66,12 @@ def default_decide() -> tuple[Decide, int]:
     from dreamstream.agents import merge_supersede
     from dreamstream.streams import judges, settings
 
-    k = int(merge_supersede.CANDIDATE_K)
     judge = judges.judge_from_settings(settings.load())
-    if judge is None:
-        return merge_supersede.decide, k
 
     def decide(new: Memory, candidates: Sequence[Memory]) -> list[Decision]:
         return merge_supersede.decide_with(judge, new, candidates)
 
-    return decide, k
+    return decide, int(merge_supersede.CANDIDATE_K)
 
 
 def _lag_seconds(created_at: str) -> float | None:

