@@ -217,8 +217,9 @@ def recorded_reviews(active: Mapping[str, Memory]) -> list[tuple[Memory, Memory,
     are still active: (newer, older, "merge"|"supersede", cosine), oldest first."""
     out = []
     for newer in sorted(active.values(), key=lambda m: (m.created_at, m.memory_id)):
+        dismissed = {d.get("decision_id") for d in newer.decisions if d.get("undone")}  # `dream undo` dismisses
         for item in newer.conflicts:
-            proposal = item.get("review")
+            proposal = item.get("review") if item.get("decision_id") not in dismissed else None
             for other in item.get("with") or []:
                 older = active.get(other)
                 if proposal and older is not None and older.user_id == newer.user_id:

@@ -190,6 +190,7 @@ def test_an_abstention_is_a_review_item_the_pass_lists_and_resolves(edge_store, 
 
     plan, _ = runner.make_plan(edge_store, "u1", None, {}, now=datetime(2026, 2, 1, tzinfo=UTC))
     assert [(c.a.memory_id, c.b.memory_id) for c in plan.conflicts] == [("m-u1-2", "m-u1-1")]
+    assert not plan.merges
     assert "CONFLICT [mem:m-u1-2] vs [mem:m-u1-1]" in cons.render_report(plan)
     runner.apply_plan(edge_store, embedder, plan, choices={0: "A"})
     old = edge_store.retrieve(["m-u1-1"])["m-u1-1"]
@@ -214,3 +215,20 @@ def test_ingest_embeds_each_new_memory_once_and_no_stored_one(edge_store, embedd
     result = proc.process([Incoming(line(event(4, "u1", "Noor moved to Sfax.", day=9)))])
     assert result.decisions == {"supersede": 1}
     assert seen == ["Noor moved to Sfax."]
+
+
+def test_undoing_a_review_item_dismisses_it(edge_store, embedder: Embedder) -> None:  # type: ignore[no-untyped-def]
+    from dreamstream.agents.consolidation import recorded_reviews
+
+    proc = Processor(edge_store, embedder)
+    result = proc.process([
+        Incoming(line(event(1, "u1", "Tomas lives in Porto.", day=2, run_id="chat-7"))),
+        Incoming(line(event(2, "u1", "Tomas moved to Braga.", day=2, run_id="chat-7"))),
+    ])
+    [review] = result.status_events
+    active = {m.memory_id: m for m in edge_store.scroll({"user_id": "u1"})}
+    assert [(a.memory_id, b.memory_id, p) for a, b, p, _ in recorded_reviews(active)] == [
+        ("m-u1-2", "m-u1-1", "supersede")]
+    assert proc.undo(review["decision_id"]) == []  # nothing had changed, nothing to revert
+    active = {m.memory_id: m for m in edge_store.scroll({"user_id": "u1"})}
+    assert recorded_reviews(active) == []
