@@ -162,6 +162,9 @@ class OfflineJudge:
         # "Felix got a new job" is no update of "User works at ...": another person's statement.
         update = partial(self._update, v, later, cos) if uc.same_subject(new.text, old.text) else (
             lambda rule: v("unrelated", 1 - cos, f"different_subject:{rule}"))
+        if uc.plan(new.text) or uc.future(new.text):
+            # "thinking about moving to Seattle" moves no one yet: a person may still want to know.
+            update = partial(lambda rule: v("review_replaces", cos, f"only_planned:{rule}"))
 
         ended = self._ended(new.text, old.text, fn, fo)
         neg_new, neg_old = tf.has_negation(new.text), tf.has_negation(old.text)
@@ -227,20 +230,21 @@ class OfflineJudge:
 
     def _ended(self, new_text: str, old_text: str, fn: al.TokenFeatures, fo: al.TokenFeatures) -> str:
         """The cue of an explicit end in `new_text` whose object the old statement states ("" if none)."""
-        old_cues = {e.cue for e in uc.endings(old_text)}
-        old_names = {w for w, n in zip(fo.words, fo.names, strict=True) if n}
+        if uc.endings(old_text) or tf.has_negation(old_text) or tf.has_change_cue(old_text):
+            return ""  # the old statement reports a change itself ("cut out coffee", "since March"): a restatement
+        old_names = {tf.stem(w) for w, n in zip(fo.words, fo.names, strict=True) if n}
+        old_stems = set(fo.stems)
         for e in uc.endings(new_text):
-            if e.cue in old_cues or tf.has_negation(old_text):
-                continue
-            if any(w in old_names or tf.stem(w) in {tf.stem(n) for n in old_names} for w in e.obj):
-                return e.cue  # a name the old statement states ("sold the Subaru", "left Google")
-            head = e.obj[0]
+            head, obj = e.obj[0], e.obj[:2]
+            if tf.stem(head) in old_names:
+                return e.cue  # the name the old statement states ("sold the Subaru", "left Google")
             if not e.owned:  # "replace oxlint": the old statement's very word, in the same role
                 if head in fo.words and _role_sim(fn, head, fo) >= self.strict_role_match:
                     return e.cue
                 continue
-            # A common noun must be the same word in the same role ("the painting" is not "painted").
-            if tf.stem(head) in set(fo.stems) and _role_sim(fn, head, fo) >= self.role_match:
+            # Common nouns: every word of the object ("the bass amp" is not "bass"), the head in the
+            # same role ("the painting" is not "painted").
+            if all(tf.stem(w) in old_stems for w in obj) and _role_sim(fn, head, fo) >= self.role_match:
                 return e.cue
         return ""
 
@@ -293,9 +297,17 @@ def _changes(kept: str, other: str) -> bool:
     return cue or (bool(uc.endings(kept)) and not uc.endings(other))
 
 
+_QUANTIFIERS = tf._wordset(
+    "most many few all every each some always never often usually sometimes rarely daily weekly monthly "
+    "twice once several"
+)
+
+
 def _literals_within(other: str, kept: str) -> bool:
-    """The numbers and day anchors of `other` are all in `kept` (another number is another fact)."""
-    return tf.numbers(other) <= tf.numbers(kept) and uc.occasions(other) <= uc.occasions(kept)
+    """The numbers, day anchors and how-often words of `other` are all in `kept` (another number is
+    another fact; "most mornings" is not "three mornings a week")."""
+    quant = set(tf.words(other)) & _QUANTIFIERS <= set(tf.words(kept))
+    return quant and tf.numbers(other) <= tf.numbers(kept) and uc.occasions(other) <= uc.occasions(kept)
 
 
 def _near_cover(a: al.Coverage, b: al.Coverage) -> bool:

@@ -33,7 +33,7 @@ _OBJ_STOP = re.compile(r"\b(?:and|but|to|for|because|so|after|since|when|with|as
 _NEG_AGAIN = re.compile(r"\b(?:any ?more|any longer|no longer|stopped|quit|gave up)\b")
 
 _PLAN = re.compile(
-    r"\b(?:plan(?:s|ning|ned)? (?:to|on)|(?:is|are|am) planning|looking forward to|wants? to|wanted to|"
+    r"\b(?:plan(?:s|ning|ned)? (?:to|on)|(?:is|are|am) planning(?! to| on)|looking forward to|wants? to|wanted to|"
     r"would like to|hopes? to|hoping to|(?:is|are|am) going to|intends? to|thinking (?:about|of)|"
     r"considering|can't wait to|cannot wait to|looking to|preparing (?:to|for)|getting ready (?:to|for)|"
     r"(?:is|are|am) organi[sz]ing|scheduled to|interest(?:ed)? in)\b",
@@ -126,6 +126,11 @@ _INSTITUTION = tf._wordset(
 )
 
 
+_SPLIT = re.compile(
+    r"\band\s+(?:(?:her|his|their)\s+\w+\s+)?([A-Z][\w'-]*)\s+(?:broke up|split up|separated|divorced)\b"
+)
+
+
 def endings(text: str) -> list[Ending]:
     """Each "stopped X" / "sold the X" / "no longer X" construction, with X's content words.
 
@@ -151,6 +156,7 @@ def endings(text: str) -> list[Ending]:
             continue  # "left the city for a hike": a trip, not a move; a job, a band or a name is left for good
         if words:
             out.append(Ending(cue, words, owned))
+    out += [Ending("broke up", (m.group(1).lower(),)) for m in _SPLIT.finditer(text)]  # "Mara and Leo broke up"
     return out
 
 
@@ -250,8 +256,8 @@ def plan(text: str) -> Plan | None:
 def reports_done(text: str) -> bool:
     """A completed occurrence: a simple past verb, no plan of its own, not a memory of long ago.
     A perfect ("has played the violin for years") reports a state that still holds, not a one-off."""
-    if plan(text) or _EARLIER.search(text):
-        return False
+    if plan(text) or _EARLIER.search(text) or tf.has_negation(text) or re.search(r"\byet\b", text.lower()):
+        return False  # "hasn't started learning Italian yet" reports nothing done
     ws = tf.words(text)
     return any((w in _PAST_IRREGULAR or (w.endswith("ed") and len(w) > 4 and w not in _NOT_PAST))
                and (i == 0 or ws[i - 1] not in _PERFECT) for i, w in enumerate(ws))
@@ -260,7 +266,7 @@ def reports_done(text: str) -> bool:
 _PERFECT = tf._wordset("have has had i've we've they've she's he's been having")
 _OCCASION = re.compile(
     r"(?<!every )(?<!each )(?<!most )\b(monday|tuesday|wednesday|thursday|friday|saturday|sunday|today|"
-    r"yesterday|tonight|tomorrow|morning|afternoon|evening)\b"
+    r"yesterday|tonight|tomorrow|morning|afternoon|evening)\b(?!\s+(?:nights|mornings|afternoons|evenings))"
 )
 
 

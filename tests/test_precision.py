@@ -111,6 +111,27 @@ def test_no_merge_hides_a_newer_state_or_a_detail(embedder: Embedder, texts: lis
     assert not {"merge_new", "merge_old"} & set(actions(stream(embedder, texts)))
 
 
+@pytest.mark.parametrize(
+    "texts",
+    [
+        ["Lior lives in Haifa.", "Lior is thinking about moving to Eilat."],  # only planned
+        ["Lior cut out sugar and switched to honey.", "Lior uses honey instead of sugar now."],  # the same change
+        ["Lior plays the cello at home.", "Lior sold his cello case to a neighbour."],  # another object
+        ["Lior wants to learn Greek.", "Lior hasn't started learning Greek yet."],  # not done
+        ["Lior is packing up his Haifa flat.", "Lior no longer swims at the Haifa pool since the move."],
+    ],
+)
+def test_what_only_looks_like_an_update_supersedes_nothing(embedder: Embedder, texts: list[str]) -> None:
+    assert "supersede" not in actions(stream(embedder, texts))
+
+
+def test_a_breakup_and_a_plan_to_host_are_updates(embedder: Embedder) -> None:
+    ds = stream(embedder, ["Lior is dating Noa.", "Lior and Noa broke up."])
+    assert actions(ds) == ["supersede"] and ds[1][0].rule == "explicit_end:broke up"
+    ds = stream(embedder, ["Lior is planning to host a barbecue in July.", "Lior hosted a barbecue in his garden."])
+    assert actions(ds) == ["supersede"] and ds[1][0].rule == "plan_done"
+
+
 def test_a_plan_now_done_supersedes_the_plan(embedder: Embedder) -> None:
     ds = stream(embedder, ["Ines is looking forward to running the Lisbon half marathon.",
                            "Ines ran the Lisbon half marathon and finished in under two hours."])
