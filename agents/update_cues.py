@@ -162,8 +162,9 @@ def endings(text: str) -> list[Ending]:
 
 def reverses(text: str) -> bool:
     """A negation that says a former state stopped ("don't ... anymore", "no longer", "quit")."""
-    return tf.has_negation(text) and _NEG_AGAIN.search(text.lower()) is not None or bool(
-        re.search(r"\b(?:no longer|stopped|quit|gave up)\b", text.lower()))
+    low = text.lower()
+    negated_again = tf.has_negation(text) and _NEG_AGAIN.search(low) is not None
+    return negated_again or re.search(r"\b(?:no longer|stopped|quit|gave up)\b", low) is not None
 
 
 _FUTURE = re.compile(r"\b(?:next|will|soon|upcoming|tomorrow|someday|one day)\b", re.IGNORECASE)

@@ -95,6 +95,28 @@ def decode(raw: bytes | str | dict[str, Any]) -> dict[str, Any]:
     return obj
 
 
+MAX_METADATA_DEPTH = 16
+"""Deepest nesting of metadata accepted: the store must read back every payload it takes (a payload
+nested ~200 levels deep was stored, then no read of that user's memories could decode it)."""
+
+
+def _depth(value: Any, limit: int = MAX_METADATA_DEPTH + 1) -> int:
+    """Nesting depth of a JSON value, counted no further than `limit` (no recursion blow-up)."""
+    depth, level = 0, [value]
+    while level and depth < limit:
+        nxt: list[Any] = []
+        for v in level:
+            if isinstance(v, dict):
+                nxt.extend(v.values())
+            elif isinstance(v, list):
+                nxt.extend(v)
+        if not nxt:
+            break
+        depth += 1
+        level = nxt
+    return depth
+
+
 def parse_memory_event(raw: bytes | str | dict[str, Any]) -> MemoryAdded:
     """Validate a `memory.added` (or synthesis `pattern.added`) event into a MemoryAdded."""
     obj = decode(raw)
@@ -109,8 +131,8 @@ def parse_memory_event(raw: bytes | str | dict[str, Any]) -> MemoryAdded:
         raise InvalidEvent("missing_field", "text is required")
     if not isinstance(text, str):
         raise InvalidEvent("bad_field", f"text must be a string, got {type(text).__name__}")
-    if not text.strip():
-        raise InvalidEvent("empty_text", "text is empty")
+    if not text.strip() or not any(ch.isprintable() and not ch.isspace() for ch in text):
+        raise InvalidEvent("empty_text", "text is empty (or only whitespace and control characters)")
     if len(text) > MAX_TEXT_CHARS:
         raise InvalidEvent("oversize", f"text has {len(text)} characters; the limit is {MAX_TEXT_CHARS}")
     if "created_at" not in obj or obj["created_at"] is None:
@@ -119,6 +141,8 @@ def parse_memory_event(raw: bytes | str | dict[str, Any]) -> MemoryAdded:
     metadata = obj.get("metadata") or {}
     if not isinstance(metadata, dict):
         raise InvalidEvent("bad_field", "metadata must be an object")
+    if _depth(metadata) > MAX_METADATA_DEPTH:
+        raise InvalidEvent("bad_field", f"metadata is nested deeper than {MAX_METADATA_DEPTH} levels")
     if "type" in metadata and metadata["type"] is not None and not isinstance(metadata["type"], str):
         raise InvalidEvent("bad_field", "metadata.type must be a string")
     confidence = metadata.get("confidence")

@@ -142,7 +142,7 @@ class Processor:
             if memory.event_id:
                 by_event[memory.event_id] = memory
         seen_events: dict[str, MemoryAdded] = {}
-        seen_memories: set[str] = set()
+        seen_memories: dict[str, str] = {}  # memory_id -> text, within this batch
         fresh: list[tuple[Incoming, MemoryAdded]] = []
         for item, event in parsed:
             earlier = by_event.get(event.event_id)
@@ -161,7 +161,8 @@ class Processor:
             if event.kind == "pattern":
                 fresh.append((item, event))  # a pattern may be rewritten with more evidence
             elif stored is not None or event.memory_id in seen_memories:
-                if stored is not None and stored.text != event.text:
+                known = stored.text if stored is not None else seen_memories[event.memory_id]
+                if known != event.text:
                     self._dead(result, item, "memory_id_conflict",
                                f"memory_id {event.memory_id} is already stored with other text")
                 else:
@@ -170,7 +171,7 @@ class Processor:
             else:
                 fresh.append((item, event))
             seen_events[event.event_id] = event
-            seen_memories.add(event.memory_id)
+            seen_memories[event.memory_id] = event.text
         return fresh
 
     def _vectors(self, events: list[MemoryAdded], result: BatchResult) -> list[tuple[np.ndarray, Features]]:

@@ -23,6 +23,20 @@ def test_valid_event_is_normalised() -> None:
     assert parsed.memory_type == "user_fact" and parsed.pinned is False
 
 
+def nested(depth: int) -> object:
+    value: object = "leaf"
+    for _ in range(depth):
+        value = {"k": value}
+    return value
+
+
+def test_metadata_nested_up_to_the_limit_is_kept() -> None:
+    from dreamstream.schemas.events import MAX_METADATA_DEPTH
+
+    parsed = parse_memory_event(line({**event(1, "u1", "x"), "metadata": {"a": nested(MAX_METADATA_DEPTH - 1)}}))
+    assert parsed.metadata["a"]["k"]
+
+
 @pytest.mark.parametrize(
     ("raw", "reason"),
     [
@@ -38,6 +52,9 @@ def test_valid_event_is_normalised() -> None:
         (line({**event(1, "u1", "x"), "metadata": {"pinned": "yes"}}), "bad_field"),
         (line({**event(1, "u1", "x"), "embedding": [0.1, 0.2]}), "bad_field"),
         (line(event(1, "u1", "   ")), "empty_text"),
+        (line(event(1, "u1", "\x00" * 20)), "empty_text"),
+        (line(event(1, "u1", "\x00\x07 \x1b")), "empty_text"),
+        (line({**event(1, "u1", "x"), "metadata": {"a": nested(40)}}), "bad_field"),
         (line(event(1, "u1", "x" * (MAX_TEXT_CHARS + 1))), "oversize"),
         (b" " * (MAX_EVENT_BYTES + 1), "oversize"),
     ],

@@ -76,6 +76,16 @@ def test_redelivery_changes_nothing_and_reused_event_id_is_dead_lettered(proc: P
     assert comparable(export_rows(proc.store)) == comparable(before)
 
 
+def test_a_memory_id_reused_for_other_text_within_one_batch_is_dead_lettered(proc: Processor) -> None:
+    """Not taken as a redelivery: the second text would otherwise be lost without a word."""
+    first = event(1, "u1", "User lives in Lisbon.")
+    result = proc.process([Incoming(line(first)),
+                           Incoming(line({**first, "event_id": "e-other", "text": "User lives in Porto."})),
+                           Incoming(line(first))])
+    assert [d["reason"] for d in result.dead_letters] == ["memory_id_conflict"]
+    assert result.outcomes["stored"] == 1 and result.outcomes["redelivered"] == 1
+
+
 def test_bad_records_do_not_stop_the_batch(proc: Processor) -> None:
     result = proc.process([
         Incoming(b"\xff\xff", "memory.added", 0, 1),
