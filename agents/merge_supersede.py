@@ -260,8 +260,8 @@ class OfflineJudge:
 
     @staticmethod
     def _plan_done(new_text: str, old_text: str, fn: al.TokenFeatures, fo: al.TokenFeatures) -> str:
-        """"done" when the new statement reports the old plan done: the planned verb in the past (or
-        any past verb for "organizing" / "preparing for") and every word of the planned object, three
+        """"done" when the new statement reports the old plan done: the planned verb in the past tense
+        (any past verb for "organizing" / "preparing for") and every word of the planned object, three
         words of evidence at least (or the verb and a name); "partial" when some of it comes back."""
         p = uc.plan(old_text)
         if p is None or uc.plan(new_text) or not uc.reports_done(new_text):
@@ -271,7 +271,7 @@ class OfflineJudge:
         def said(word: str) -> bool:
             return any(tf.same_stem(uc.base(word), s) for s in new_bases)
 
-        verb_ok = p.verb is None or said(p.verb)
+        verb_ok = p.verb is None or uc.past_form_of(p.verb, new_text)
         obj_hits = sum(1 for w in p.obj if said(w))
         evidence = obj_hits + 1  # the planned verb said again, or a marker that is its own verb ("organizing")
         named = any(n and w in p.obj for w, n in zip(fo.words, fo.names, strict=True))

@@ -39,7 +39,6 @@ _PLAN = re.compile(
     r"(?:is|are|am) organi[sz]ing|scheduled to|interest(?:ed)? in)\b",
     re.IGNORECASE,
 )
-_GENERIC_PLAN_VERBS = tf._wordset("go going have having do doing get getting make making")
 _PLAN_VERBS_OWN = re.compile(r"(?:plann|organi[sz]|prepar|getting ready)", re.IGNORECASE)
 _OBJECT_END = tf._wordset(
     """
@@ -49,7 +48,7 @@ _OBJECT_END = tf._wordset(
 )
 _PAST_IRREGULAR = tf._wordset(
     """
-    went got took made saw met won bought ran wrote held gave found did began became flew drove
+    went got had took made saw met won bought ran wrote held gave found did began became flew drove
     built sold left came brought caught taught threw chose spoke heard kept lost paid read sang sent
     spent stood swam told thought understood wore
     """
@@ -58,7 +57,7 @@ _IRREGULAR_BASE = dict(
     pair.split(":", 1)
     for pair in tf._wordset(
         """
-        went:go got:get took:take made:make saw:see met:meet won:win bought:buy ran:run wrote:write
+        went:go got:get had:have did:do took:take made:make saw:see met:meet won:win bought:buy ran:run wrote:write
         held:hold gave:give found:find began:begin became:become flew:fly drove:drive built:build
         sold:sell came:come brought:bring caught:catch taught:teach threw:throw chose:choose spoke:speak
         heard:hear kept:keep lost:lose paid:pay sang:sing sent:send spent:spend stood:stand swam:swim
@@ -148,6 +147,9 @@ def endings(text: str) -> list[Ending]:
             continue  # "left review comments", "left-handed"
         if cue == "left" and re.search(r"\b(?:the|my|our|his|her|their|your|a)\s+$", text[: m.start("cue")]):
             continue  # "their left hand"
+        if re.search(r"\b(?:would|could|might|if|hopes?|hoping|wants?|plans?)\b[^.;]{0,40}$", text[: m.start("cue")],
+                     re.IGNORECASE):
+            continue  # "a job that would mean no more early shifts": only a possibility
         if cue in ("instead of", "rather than") and reports_done(text):
             continue  # "played chess instead of video games": one occasion, not a changed habit
         obj = _OBJ_STOP.split(m.group("obj"), maxsplit=1)[0]
@@ -239,8 +241,6 @@ def plan(text: str) -> Plan | None:
     verb: str | None = None
     if not own and toks and toks[0] not in _OBJECT_END:
         verb = toks.pop(0)
-        if verb in _GENERIC_PLAN_VERBS or verb in tf.STOPWORDS:
-            verb = None
     obj: list[str] = []
     for w in toks:
         if w in _OBJECT_END or any(ch.isdigit() for ch in w) or w in tf._TIME_WORDS or w in ("week", "month", "year"):
@@ -252,6 +252,13 @@ def plan(text: str) -> Plan | None:
     if not obj and verb is None:
         return None
     return Plan(verb=verb, obj=tuple(obj))
+
+
+def past_form_of(verb: str, text: str) -> bool:
+    """`text` says `verb` in the past ("watched" for "watch", "went" for "go"), not as a noun or a
+    present ("the release show" is not "released")."""
+    want = base(verb)
+    return any(tf.same_stem(base(w), want) and (w in _PAST_IRREGULAR or w.endswith("ed")) for w in tf.words(text))
 
 
 def reports_done(text: str) -> bool:

@@ -119,6 +119,10 @@ def test_no_merge_hides_a_newer_state_or_a_detail(embedder: Embedder, texts: lis
         ["Lior plays the cello at home.", "Lior sold his cello case to a neighbour."],  # another object
         ["Lior wants to learn Greek.", "Lior hasn't started learning Greek yet."],  # not done
         ["Lior is packing up his Haifa flat.", "Lior no longer swims at the Haifa pool since the move."],
+        ["Lior works night shifts at the bakery.",
+         "Lior applied for a day job at a bank that would mean no more night shifts."],  # only possible
+        ["Lior hopes to get a summer job at the marina.", "Lior applied for summer jobs at the marina."],  # not got
+        ["Lior's choir plans to record an album in May.", "Lior sold tickets for the album launch concert."],
     ],
 )
 def test_what_only_looks_like_an_update_supersedes_nothing(embedder: Embedder, texts: list[str]) -> None:
