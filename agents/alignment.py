@@ -1,10 +1,10 @@
 """Word-level alignment of two statements with the model's contextual token vectors.
 
 Whole-sentence similarity says two memories share a topic; it cannot say one *contains* the other
-("volunteers at a homeless shelter" / "volunteers at a dog shelter" score high). Aligning words
+("volunteers at an animal rescue" / "volunteers at a soup kitchen" score high). Aligning words
 does (BERTScore-style): every content word of the barer statement needs a counterpart in the
 fuller one, the same stem or a contextual vector close enough to be the same word in the same
-role ("novel" / "book"), while "homeless" / "dog" or "writing" / "reading" stay apart.
+role ("novel" / "book"), while "rescue" / "kitchen" or "writing" / "reading" stay apart.
 
 Pure: the vectors come with each memory (`TokenFeatures`, computed once when it is ingested, in
 the same model pass as its sentence vector) so judging a new memory never re-embeds stored ones.
@@ -26,7 +26,7 @@ FEATURES_VERSION = 1
 WORD_MATCH = 0.80
 """Contextual cosine at which two different words count as the same word in the same role.
 MiniLM's last layer gives one word in two sentences 0.85-0.99, close synonyms about 0.8
-("novel" / "book"), different words of one topic 0.4-0.65 ("homeless" / "dog", "booked" / "planning")."""
+("novel" / "book"), different words of one topic 0.4-0.65 ("writing" / "reading", "booked" / "planning")."""
 
 LIGHT = tf._wordset(
     """

@@ -216,7 +216,7 @@ class OfflineJudge:
                      and uc.possession_kept(new.text, old.text))
         if not (new_keeps or old_keeps):
             return None
-        # An update said as a restatement ("planning a trip to Boston" / "booked a flight to Boston")
+        # An update said as a restatement ("planning a trip to Oslo" / "booked a flight to Oslo")
         # hides the newer state: plans, reports of what was done and what is still to come are not one fact.
         if (bool(uc.plan(new.text)) != bool(uc.plan(old.text))
                 or uc.reports_done(new.text) != uc.reports_done(old.text)
@@ -276,7 +276,7 @@ class OfflineJudge:
         evidence = obj_hits + 1  # the planned verb said again, or a marker that is its own verb ("organizing")
         named = any(n and w in p.obj for w, n in zip(fo.words, fo.names, strict=True))
         if verb_ok and p.obj and obj_hits == len(p.obj) and (evidence >= 3 or (p.verb is not None and named)):
-            return "done"  # "watch 'Little Women'" -> "watched 'Little Women'"; one common noun is too little
+            return "done"  # "see 'Paddington'" -> "saw 'Paddington'"; one common noun is too little
         return "partial" if (p.verb and verb_ok and obj_hits) or obj_hits >= 2 else ""
 
 

@@ -225,7 +225,7 @@ def slots(text: str) -> dict[str, str]:
 @dataclass(frozen=True)
 class Plan:
     """What a statement says someone intends: the verb (None when the marker is the verb itself,
-    "organizing a party") and the object's content words ("gaming party")."""
+    "organizing a party") and the object's content words ("garden party")."""
 
     verb: str | None
     obj: tuple[str, ...]
