@@ -64,6 +64,10 @@ def main() -> int:
     ap.add_argument("--only", nargs="*", help="case names to run (default: all)")
     ap.add_argument("--synthesis", action="store_true", help="also run synthesis on the dev case")
     a = ap.parse_args()
+    if not (SHARED / "score.py").exists():
+        print(f"bench-quality: {SHARED} not found (the shared benchmark folder sits beside the checkout)",
+              file=sys.stderr)
+        return 2
     want = set(a.only or [*SYNTHETIC, *REAL])
     result: dict[str, Any] = {"synthetic": {}, "real": {}}
     for name, case in SYNTHETIC.items():
