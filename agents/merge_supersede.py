@@ -320,9 +320,6 @@ def _more_complete(new: Memory, old: Memory) -> bool:
     return tf.completeness(new.text) >= tf.completeness(old.text) + 2
 
 
-GATED = ("same", "replaces")
-
-
 def gate(verdict: Verdict, new: Memory, old: Memory) -> Verdict:
     """The checks every judge's automatic action passes (offline, NLI or LLM alike); a verdict
     that fails one becomes a review item. A merge keeps every name and number of the memory it
@@ -331,7 +328,7 @@ def gate(verdict: Verdict, new: Memory, old: Memory) -> Verdict:
         kept, hidden = (new, old) if verdict.new_fuller or (
             verdict.new_fuller is None and _more_complete(new, old)) else (old, new)
         if not (_literals_within(hidden.text, kept.text)
-                and _names(hidden.text) <= _names(kept.text) | _names_lower(kept.text)):
+                and _names(hidden.text) <= set(tf.words(kept.text))):
             return Verdict(verdict.candidate_id, "review_same", verdict.confidence,
                            f"gate_detail:{verdict.rule}", verdict.scores, verdict.new_fuller)
     if verdict.relation == "replaces" and (same_session(new, old) or new.created_at < old.created_at):
@@ -342,10 +339,6 @@ def gate(verdict: Verdict, new: Memory, old: Memory) -> Verdict:
 
 def _names(text: str) -> set[str]:
     return {w for w in tf._names(text) if not any(ch.isdigit() for ch in w)}
-
-
-def _names_lower(text: str) -> set[str]:
-    return set(tf.words(text))
 
 
 def decide_with(judge: Judge, new: Memory, candidates: Sequence[Memory]) -> list[Decision]:
