@@ -211,9 +211,9 @@ class OfflineJudge:
               new_in_old: al.Coverage) -> tuple[str, bool | None] | None:
         """("contained"|"equivalent", new is fuller) when one says everything the other says."""
         new_keeps = (old_in_new.full and _literals_within(old.text, new.text) and not _changes(new.text, old.text)
-                     and uc.possession_kept(old.text, new.text))
+                     and uc.possession_kept(old.text, new.text) and uc.predicate_kept(old.text, new.text))
         old_keeps = (new_in_old.full and _literals_within(new.text, old.text) and not _changes(old.text, new.text)
-                     and uc.possession_kept(new.text, old.text))
+                     and uc.possession_kept(new.text, old.text) and uc.predicate_kept(new.text, old.text))
         if not (new_keeps or old_keeps):
             return None
         # An update said as a restatement ("planning a trip to Oslo" / "booked a flight to Oslo")
@@ -251,6 +251,8 @@ class OfflineJudge:
     @staticmethod
     def _slot_change(new_text: str, old_text: str) -> str:
         """A single-valued slot both fill, with values that differ and neither names the other."""
+        if uc.about_the_past(new_text) or uc.about_the_past(old_text):
+            return ""  # "when she first moved to Canada": where someone was, not where they are
         sn, so = uc.slots(new_text), uc.slots(old_text)
         for slot in sorted(set(sn) & set(so)):
             a, b = sn[slot], so[slot]

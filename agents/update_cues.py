@@ -79,10 +79,15 @@ _NOT_PAST = tf._wordset(
     """
 )
 _EARLIER = re.compile(
-    r"\b(?:years? ago|last year|as a (?:kid|child|teen)|when (?:she|he|they|i) (?:was|were)|childhood|"
-    r"used to|back then|in the past|growing up|once)\b",
+    r"\b(?:years? ago|last year|until last \w+|as a (?:kid|child|teen(?:ager)?)|when (?:she|he|they|i) "
+    r"(?:was|were|first)|childhood|used to|back then|in the past|growing up|once)\b",
     re.IGNORECASE,
 )
+
+
+def about_the_past(text: str) -> bool:
+    """Tells of an earlier time ("used to", "as a teenager", "when she first moved")."""
+    return _EARLIER.search(text) is not None
 
 # Single-valued slots: one person has one value at a time. The value must be a name or a number.
 _SLOTS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
@@ -290,6 +295,27 @@ def possession_kept(hidden: str, kept: str) -> bool:
         if not re.search(owned, kept.lower()):
             return False
     return True
+
+
+_FILLERS = tf._wordset(
+    """
+    i we you he she they it user user's the a an my our his her their your is are was were am be been
+    being 's also just still really currently now has have had
+    """
+)
+
+
+def predicate_kept(hidden: str, kept: str) -> bool:
+    """The little words that say how the subject relates to the fact ("is *into* cycling") are in
+    `kept` too: "says cycling is harder in the wind" does not say someone is into cycling."""
+    ws = tf.words(hidden)
+    start = 1 if ws and ws[0] not in tf.STOPWORDS else 0  # past a leading name
+    lead: list[str] = []
+    for w in ws[start:]:
+        if w not in tf.STOPWORDS:
+            break
+        lead.append(w)
+    return set(lead) - _FILLERS <= set(tf.words(kept))
 
 
 def occasions(text: str) -> frozenset[str]:
