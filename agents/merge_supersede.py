@@ -210,10 +210,7 @@ class OfflineJudge:
     def _same(self, new: Memory, old: Memory, old_in_new: al.Coverage,
               new_in_old: al.Coverage) -> tuple[str, bool | None] | None:
         """("contained"|"equivalent", new is fuller) when one says everything the other says."""
-        new_keeps = (old_in_new.full and _literals_within(old.text, new.text) and not _changes(new.text, old.text)
-                     and uc.possession_kept(old.text, new.text) and uc.predicate_kept(old.text, new.text))
-        old_keeps = (new_in_old.full and _literals_within(new.text, old.text) and not _changes(old.text, new.text)
-                     and uc.possession_kept(new.text, old.text) and uc.predicate_kept(new.text, old.text))
+        new_keeps, old_keeps = _keeps(new.text, old.text, old_in_new), _keeps(old.text, new.text, new_in_old)
         if not (new_keeps or old_keeps):
             return None
         # An update said as a restatement ("planning a trip to Oslo" / "booked a flight to Oslo")
@@ -290,6 +287,13 @@ def _role_sim(feats: al.TokenFeatures, word: str, fo: al.TokenFeatures) -> float
     if not idx or not jdx:
         return 0.0
     return float((feats.vecs[idx] @ fo.vecs[jdx].T).max())
+
+
+def _keeps(kept: str, other: str, cov: al.Coverage) -> bool:
+    """`kept` says everything `other` says: every word, number, how-often word and occasion; what
+    is owned stays owned; no change, and no opinion about it in place of the plain fact."""
+    return (cov.full and _literals_within(other, kept) and not _changes(kept, other)
+            and uc.possession_kept(other, kept) and not (uc.reported(kept) and not uc.reported(other)))
 
 
 def _changes(kept: str, other: str) -> bool:

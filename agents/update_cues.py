@@ -297,25 +297,17 @@ def possession_kept(hidden: str, kept: str) -> bool:
     return True
 
 
-_FILLERS = tf._wordset(
-    """
-    i we you he she they it user user's the a an my our his her their your is are was were am be been
-    being 's also just still really currently now has have had
-    """
+_SPEECH = re.compile(
+    r"\b(?:says?|said|tells?|told|mentions?|mentioned|thinks?|thought|believes?|believed|explains?|explained|"
+    r"claims?|claimed)\b",
+    re.IGNORECASE,
 )
 
 
-def predicate_kept(hidden: str, kept: str) -> bool:
-    """The little words that say how the subject relates to the fact ("is *into* cycling") are in
-    `kept` too: "says cycling is harder in the wind" does not say someone is into cycling."""
-    ws = tf.words(hidden)
-    start = 1 if ws and ws[0] not in tf.STOPWORDS else 0  # past a leading name
-    lead: list[str] = []
-    for w in ws[start:]:
-        if w not in tf.STOPWORDS:
-            break
-        lead.append(w)
-    return set(lead) - _FILLERS <= set(tf.words(kept))
+def reported(text: str) -> bool:
+    """Says what someone said or thinks ("says the wind makes cycling harder"): an opinion about a
+    thing, which does not restate a plain fact about it ("is into cycling")."""
+    return _SPEECH.search(text) is not None
 
 
 def occasions(text: str) -> frozenset[str]:
