@@ -146,17 +146,3 @@ def coverage(other: TokenFeatures, kept: TokenFeatures, threshold: float = WORD_
         if best < threshold:
             missing.append(w)
     return Coverage(missing=tuple(missing), weakest=round(weakest, 4), required=required)
-
-
-def matched(words: Sequence[str], kept: TokenFeatures, feats: TokenFeatures,
-            threshold: float = WORD_MATCH) -> int:
-    """How many of `words` (a subset of `feats`' words) have a counterpart in `kept`."""
-    cov = coverage(_subset(feats, words), kept, threshold)
-    return cov.required - len(cov.missing)
-
-
-def _subset(feats: TokenFeatures, words: Sequence[str]) -> TokenFeatures:
-    want = set(words)
-    idx = [i for i, w in enumerate(feats.words) if w in want]
-    return TokenFeatures(words=tuple(feats.words[i] for i in idx), names=tuple(feats.names[i] for i in idx),
-                         vecs=feats.vecs[idx] if idx else feats.vecs[:0])

@@ -35,7 +35,6 @@ CANDIDATE_K: int = 32
 
 Relation = Literal["same", "replaces", "unrelated", "review_same", "review_replaces"]
 """review_*: the judge abstains; the pair is recorded for a person to decide, nothing is applied."""
-Embedder = Callable[[list[str]], np.ndarray]
 
 
 @dataclass(frozen=True)

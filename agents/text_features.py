@@ -135,18 +135,6 @@ def has_change_cue(text: str, other: str = "") -> bool:
     )
 
 
-_REPLACING = re.compile(
-    r"\b(no longer|not anymore|any ?more|instead|switch\w*|replac\w*|sold|quit|gave up|stopped|left|"
-    r"former(ly)?|previously|used to|moved|relocat\w*|went from|ended)\b"
-)
-
-
-def has_replacing_cue(text: str) -> bool:
-    """A cue that says something old ended ("instead", "no longer", "sold"), not merely that
-    something began ("started", "new"): only these outweigh an additive cue ("also started ...")."""
-    return _REPLACING.search(text.lower()) is not None
-
-
 def has_additive_cue(text: str) -> bool:
     return _ADDITIVE.search(text.lower()) is not None
 
@@ -280,15 +268,6 @@ def negation_only_in_added_clause(text: str) -> bool:
         return False
     extra = [w for w in content(tail) if not _NEGATION.fullmatch(w) and not _CHANGE.fullmatch(w)]
     return len(extra) >= 1 and len(content(head)) >= 2
-
-
-def masked(text: str, drop: frozenset[str]) -> str:
-    """The text with the given stems (the words shared with the other memory) removed.
-
-    What is left is what *differs*; embedding it compares the two values rather than the slot.
-    """
-    kept = [w for w in words(text) if w not in STOPWORDS and stem(w) not in drop]
-    return " ".join(kept)
 
 
 @dataclass(frozen=True)
@@ -425,11 +404,3 @@ def is_event(text: str) -> bool:
     statements with other values are two events, not a changed value."""
     body = _SUBJECT_LEAD.sub("", text.strip().lower())
     return _PAST.match(body) is not None and not has_change_cue(text)
-
-
-def value_kind(values: frozenset[str]) -> str:
-    """"num" when every value is numeric (dates, amounts, versions), "name" otherwise: a changed
-    value keeps its kind, so "8:30" never replaces "Greenleaf Foods"."""
-    if values and all(any(ch.isdigit() for ch in v) for v in values):
-        return "num"
-    return "name"

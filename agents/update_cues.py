@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from dreamstream.agents import text_features as tf
 
@@ -135,7 +136,8 @@ _SPLIT = re.compile(
 )
 
 
-def endings(text: str) -> list[Ending]:
+@lru_cache(maxsize=65536)
+def endings(text: str) -> tuple[Ending, ...]:
     """Each "stopped X" / "sold the X" / "no longer X" construction, with X's content words.
 
     Verbs that also name everyday acts need a thing of someone's as their object: "sold the Subaru"
@@ -164,7 +166,7 @@ def endings(text: str) -> list[Ending]:
         if words:
             out.append(Ending(cue, words, owned))
     out += [Ending("broke up", (m.group(1).lower(),)) for m in _SPLIT.finditer(text)]  # "Mara and Leo broke up"
-    return out
+    return tuple(out)
 
 
 def reverses(text: str) -> bool:
@@ -236,6 +238,7 @@ class Plan:
     obj: tuple[str, ...]
 
 
+@lru_cache(maxsize=65536)
 def plan(text: str) -> Plan | None:
     """The plan a statement states, or None."""
     m = _PLAN.search(text)
@@ -266,6 +269,7 @@ def past_form_of(verb: str, text: str) -> bool:
     return any(tf.same_stem(base(w), want) and (w in _PAST_IRREGULAR or w.endswith("ed")) for w in tf.words(text))
 
 
+@lru_cache(maxsize=65536)
 def reports_done(text: str) -> bool:
     """A completed occurrence: a simple past verb, no plan of its own, not a memory of long ago.
     A perfect ("has played the violin for years") reports a state that still holds, not a one-off."""
@@ -310,6 +314,7 @@ def reported(text: str) -> bool:
     return _SPEECH.search(text) is not None
 
 
+@lru_cache(maxsize=65536)
 def occasions(text: str) -> frozenset[str]:
     """Day anchors that make a statement one occasion ("on Monday", "this morning"); a habit's
     ("every morning") is no occasion."""

@@ -27,7 +27,7 @@ from dreamstream.agents import consolidation as cons
 from dreamstream.schemas.events import now_iso, status_event
 from dreamstream.schemas.memory import Memory
 from dreamstream.streams.judges import featurizer
-from dreamstream.streams.pipeline import LINK_FIELDS
+from dreamstream.streams.pipeline import LINK_FIELDS, embed_with_features
 from dreamstream.streams.store import MemoryStore
 
 Embed = Callable[[Sequence[str]], np.ndarray]
@@ -113,15 +113,7 @@ def apply_plan(
                                    {**evidence, **(extra or {})}))
 
     new_texts = [p.merged_text for p in plan.merges]
-    full = getattr(embed, "encode_with_features", None)  # the judge's word features, in the same pass
-    vectors: list[Any] = []
-    features: list[dict[str, Any] | None] = []
-    if new_texts and full is not None:
-        vecs, feats = full(new_texts)
-        vectors, features = list(vecs), [f.to_payload() for f in feats]
-    elif new_texts:
-        vectors = list(embed(new_texts))
-        features = [None] * len(vectors)
+    vectors, features = embed_with_features(embed, new_texts)
     for proposal, vector, feature in zip(plan.merges, vectors, features, strict=True):
         a, b = touch(proposal.a), touch(proposal.b)
         new_id = "cons-" + hashlib.sha256(f"{a.memory_id}+{b.memory_id}".encode()).hexdigest()[:16]

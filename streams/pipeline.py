@@ -19,7 +19,7 @@ import numpy as np
 from dreamstream.agents.decisions import Decision
 from dreamstream.schemas.events import InvalidEvent, dead_letter, now_iso, parse_memory_event, status_event
 from dreamstream.schemas.memory import Memory, MemoryAdded
-from dreamstream.streams.store import MemoryStore, text_key
+from dreamstream.streams.store import VECTOR_SIZE, MemoryStore, text_key
 
 log = logging.getLogger("dreamstream.pipeline")
 
@@ -72,6 +72,18 @@ def default_decide() -> tuple[Decide, int]:
         return merge_supersede.decide_with(judge, new, candidates)
 
     return decide, int(merge_supersede.CANDIDATE_K)
+
+
+def embed_with_features(embed: Embed, texts: Sequence[str]) -> tuple[np.ndarray, list[Features]]:
+    """Vectors and the judge's word features (payload form) from one model pass where the embedder
+    gives both; an embedder without them (a stand-in) gives vectors and no features."""
+    if not texts:
+        return np.zeros((0, VECTOR_SIZE), np.float32), []
+    full = getattr(embed, "encode_with_features", None)
+    if full is None:
+        return np.asarray(embed(texts), np.float32), [None] * len(texts)
+    vecs, feats = full(texts)
+    return np.asarray(vecs, np.float32), [f.to_payload() for f in feats]
 
 
 def _lag_seconds(created_at: str) -> float | None:
@@ -175,27 +187,21 @@ class Processor:
         return fresh
 
     def _vectors(self, events: list[MemoryAdded], result: BatchResult) -> list[tuple[np.ndarray, Features]]:
-        """Each event's vector and the judge's word features, from one model pass where the embedder
-        gives both (a producer-supplied embedding still needs its text's features)."""
-        full = getattr(self.embed, "encode_with_features", None)
-        texts = [e.text for e in events if e.embedding is None or full is not None]
+        """Each event's vector and the judge's word features (a producer-supplied embedding still
+        needs its text's features, where the embedder gives them)."""
+        featured = hasattr(self.embed, "encode_with_features")
+        texts = [e.text for e in events if e.embedding is None or featured]
         start = time.perf_counter()
-        if full is not None:
-            vecs, feats = full(texts) if texts else (np.zeros((0, 384), np.float32), [])
-            payloads: list[dict[str, Any] | None] = [f.to_payload() for f in feats]
-        else:
-            vecs = self.embed(texts) if texts else np.zeros((0, 384), np.float32)
-            payloads = [None] * len(texts)
+        vecs, feats = embed_with_features(self.embed, texts)
         result.embed_seconds += time.perf_counter() - start
         result.embedded += len(texts)
-        computed = iter(zip(vecs, payloads, strict=True))
+        computed = iter(zip(vecs, feats, strict=True))
         out = []
         for e in events:
-            if e.embedding is None or full is not None:
-                vec, feat = next(computed)
+            vec, feat = next(computed) if e.embedding is None or featured else (None, None)
             if e.embedding is not None:
                 vec = np.asarray(e.embedding, np.float32)
-            out.append((np.asarray(vec, np.float32), feat if full is not None else None))
+            out.append((np.asarray(vec, np.float32), feat))
         return out
 
     def candidates(self, new: Memory) -> list[Memory]:
