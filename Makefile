@@ -29,13 +29,15 @@ kafka-stop:
 	deploy/kafka/kafka.sh stop
 
 demo: install kafka-start
-	$(PY) -m dreamstream.streams.demo
+	$(PY) -m dreamstream.streams.dev.demo
 
 test: install system-deps kafka-start
 	$(VENV)/bin/pytest -q -ra
 
+# ruff, then the import graph's layers and cycles (streams/dev/layers.py).
 lint: install
 	$(VENV)/bin/ruff check streams agents schemas tests bench
+	$(PY) -m dreamstream.streams.dev.layers
 
 # mypy needs the dreamstream.* names; a throwaway tree of links gives it them.
 typecheck: install

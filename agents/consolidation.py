@@ -4,13 +4,12 @@
 candidates); `render_report` / `render_summary` / `auto_line` print it in the shape users script
 against. The decay, co-access and clustering functions are the maths of light and full
 consolidation. Everything here takes memories and returns values, so the CLI, the control topic,
-the worker's schedules and the tests all share it; streams/consolidate_runner.py does the I/O.
+the worker's schedules and the tests all share it; streams/core/consolidation.py does the I/O.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import math
 import re
@@ -18,14 +17,20 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from dreamstream.agents import text_features as tf
 from dreamstream.agents.merge_supersede import FeaturesOf, _cos
-from dreamstream.schemas.memory import Memory
+from dreamstream.schemas.memory import Memory, parse_time
+from dreamstream.schemas.schedules import (  # noqa: F401  (part of this module's interface)
+    NAMED_SCHEDULES,
+    parse_schedule,
+    runs_on_firing,
+    schedule_fired,
+    schedule_id,
+)
 
 log = logging.getLogger("dreamstream.consolidation")
 
@@ -57,23 +62,6 @@ def parse_retention(obj: Any) -> Retention:
             raise ValueError(f"retention for {key!r} must be a whole number of days (>= 0) or null")
         out[str(key)] = days
     return out
-
-
-def load_retention(path: str | Path | None) -> tuple[Retention, str | None]:
-    """The policies of a JSON file laid over the defaults, and a warning when it could not be used.
-
-    A missing or broken file must not stop a clean-up run: it falls back to the defaults, loudly.
-    """
-    if path is None:
-        return dict(DEFAULT_RETENTION), None
-    p = Path(path)
-    try:
-        loaded = parse_retention(json.loads(p.read_text(encoding="utf-8")))
-    except FileNotFoundError:
-        return dict(DEFAULT_RETENTION), f"retention file {p} not found; using the defaults"
-    except (OSError, ValueError) as exc:  # JSONDecodeError is a ValueError
-        return dict(DEFAULT_RETENTION), f"retention file {p} is unusable ({exc}); using the defaults"
-    return {**DEFAULT_RETENTION, **loaded}, None
 
 
 # --- the plan -------------------------------------------------------------------------------------
@@ -139,10 +127,6 @@ class Plan:
             "prunes": [{"memory": p.memory.memory_id, "type": p.memory.memory_type, "age_days": p.age_days,
                         "policy": p.policy} for p in self.prunes],
         }
-
-
-def parse_time(value: str) -> datetime:
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
 def age_days(memory: Memory, now: datetime) -> int:
@@ -542,47 +526,6 @@ def cluster(vectors: np.ndarray, strata: Sequence[str] | None = None, *, min_clu
 
 def now_utc() -> datetime:
     return datetime.now(UTC)
-
-
-# --- schedules ----------------------------------------------------------------------------------
-
-NAMED_SCHEDULES = {"daily": ("0 3 * * *", 1), "weekly": ("0 3 * * 0", 1), "biweekly": ("0 3 * * 0", 2)}
-"""name -> (cron expression in the worker's local time, run every nth firing)."""
-
-
-def parse_schedule(spec: str) -> tuple[str, int]:
-    """weekly (Sunday 03:00 local), daily (03:00), biweekly (every other Sunday) or a 5-field cron
-    expression; raises ValueError for anything else."""
-    from croniter import croniter
-
-    key = spec.strip().lower()
-    if key in NAMED_SCHEDULES:
-        return NAMED_SCHEDULES[key]
-    if len(spec.split()) != 5 or not croniter.is_valid(spec):
-        raise ValueError(f"schedule must be daily, weekly, biweekly or a 5-field cron expression, not {spec!r}")
-    return spec.strip(), 1
-
-
-def schedule_id(user_id: str, app_id: str | None) -> str:
-    """One schedule per scope: registering again replaces it."""
-    return "sched-" + hashlib.sha256(f"{user_id}|{app_id or ''}".encode()).hexdigest()[:12]
-
-
-def schedule_fired(spec: str, last_fired: datetime | None, registered: datetime, now: datetime) -> bool:
-    """Whether a firing of `spec` came due in (the later of the last firing and the registration, now].
-
-    Checked by a once-a-minute worker timer, so a worker that was down catches up with one run
-    (never one run per missed firing)."""
-    from croniter import croniter
-
-    cron, _every = parse_schedule(spec)
-    base = max(x for x in (last_fired, registered) if x is not None)
-    return bool(croniter(cron, base).get_next(datetime) <= now)
-
-
-def runs_on_firing(spec: str, firing: int) -> bool:
-    """Firing number `firing` (0-based) runs the pass: every one, or every other one for biweekly."""
-    return firing % parse_schedule(spec)[1] == 0
 
 
 def memory_rank_factor(memory: Memory, now: datetime) -> float:

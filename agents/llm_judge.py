@@ -3,20 +3,21 @@
 One structured call per new memory: the open candidates are numbered 1..n and the model answers
 with JSON `{"duplicates": [...], "new_more_complete": bool, "contradicted": [...]}`. Anything that
 goes wrong (connection, timeout, HTTP error, malformed or out-of-range reply) falls back to the
-offline judge's verdicts for that memory, so ingest never blocks on the LLM.
+offline judge's verdicts for that memory, so ingest never blocks on the LLM. The call itself is
+injected (`ask`, e.g. `ChatEndpoint.ask_json`): this module does no I/O.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections import OrderedDict
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from dreamstream.agents.llm_client import ChatEndpoint, LLMReplyError, reply_object
+from cachetools import LRUCache
+
+from dreamstream.agents.llm_reply import AskJSON, LLMReplyError, reply_object
 from dreamstream.agents.merge_supersede import Judge, OfflineJudge, Verdict
 from dreamstream.schemas.memory import Memory
 
@@ -35,22 +36,22 @@ __all__ = ["LLMJudge", "LLMReplyError", "parse_reply"]
 
 @dataclass
 class LLMJudge:
-    """Escalates open cases to a chat model; `fallback` decides everything else and every failure."""
+    """Escalates open cases to a chat model; `fallback` decides everything else and every failure.
 
-    base_url: str
-    model: str
-    api_key: str | None = None
-    timeout_s: float = 10.0
+    `ask` is one JSON-mode chat call (one model): replies are cached per judge by prompt, so the same
+    open case is asked once.
+    """
+
+    ask: AskJSON
     max_candidates: int = 8
     min_cos: float = 0.25
     fallback: Judge = field(default_factory=OfflineJudge)
-    max_workers: int = 4
     cache_size: int = 4096
     name: str = "llm"
-    _cache: OrderedDict[str, dict[str, Any]] = field(default_factory=OrderedDict, init=False, repr=False)
+    _cache: LRUCache[str, dict[str, Any]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        self._endpoint = ChatEndpoint(self.base_url, self.model, self.api_key, self.timeout_s)
+        self._cache = LRUCache(maxsize=self.cache_size)
 
     # -- Judge protocol ---------------------------------------------------------------------------
     def judge(self, new: Memory, candidates: Sequence[Memory]) -> list[Verdict]:
@@ -59,15 +60,10 @@ class LLMJudge:
         if not open_idx:
             return base
         try:
-            reply = self._ask(new, [candidates[i] for i in open_idx])
+            reply = self._reply(new, [candidates[i] for i in open_idx])
         except Exception as exc:  # noqa: BLE001 - any failure means: keep the offline verdicts
             return [replace(v, rule=f"{v.rule}|llm_fallback:{type(exc).__name__}") for v in base]
         return self._merge(base, open_idx, reply)
-
-    def judge_batch(self, items: Sequence[tuple[Memory, Sequence[Memory]]]) -> list[list[Verdict]]:
-        """Judge several new memories concurrently (one call each); order of results = order of items."""
-        with ThreadPoolExecutor(max_workers=self.max_workers) as pool:
-            return list(pool.map(lambda it: self.judge(it[0], it[1]), items))
 
     # -- internals --------------------------------------------------------------------------------
     def _open(self, new: Memory, candidates: Sequence[Memory], base: list[Verdict]) -> list[int]:
@@ -84,16 +80,15 @@ class LLMJudge:
         lines += [f"{n}. ({c.created_at[:10]}) {c.text}" for n, c in enumerate(cands, start=1)]
         return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n".join(lines)}]
 
-    def _ask(self, new: Memory, cands: Sequence[Memory]) -> dict[str, Any]:
+    def _reply(self, new: Memory, cands: Sequence[Memory]) -> dict[str, Any]:
+        """The checked verdict for these candidates, from the cache or one call (not under the lock)."""
         messages = self._messages(new, cands)
-        key = hashlib.sha1(json.dumps([self.model, messages]).encode()).hexdigest()
-        if key in self._cache:
-            self._cache.move_to_end(key)
-            return self._cache[key]
-        reply = check_reply(self._endpoint.ask_json(messages), len(cands))
+        key = hashlib.sha1(json.dumps(messages).encode()).hexdigest()
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        reply = check_reply(self.ask(messages), len(cands))
         self._cache[key] = reply
-        if len(self._cache) > self.cache_size:
-            self._cache.popitem(last=False)
         return reply
 
     def _merge(self, base: list[Verdict], open_idx: list[int], reply: dict[str, Any]) -> list[Verdict]:

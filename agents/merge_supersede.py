@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from functools import partial
 from typing import Literal, Protocol
 
@@ -27,7 +26,7 @@ from dreamstream.agents import alignment as al
 from dreamstream.agents import text_features as tf
 from dreamstream.agents import update_cues as uc
 from dreamstream.agents.decisions import Decision
-from dreamstream.schemas.memory import Memory
+from dreamstream.schemas.memory import Memory, parse_time
 
 CANDIDATE_K: int = 32
 """Nearest active facts of the same user the pipeline passes. Replacements can have low cosine
@@ -83,8 +82,8 @@ def same_session(a: Memory, b: Memory) -> bool:
     if a.run_id or b.run_id:
         return False
     try:
-        ta = datetime.fromisoformat(a.created_at.replace("Z", "+00:00"))
-        tb = datetime.fromisoformat(b.created_at.replace("Z", "+00:00"))
+        ta = parse_time(a.created_at)
+        tb = parse_time(b.created_at)
     except ValueError:
         return True  # unknown times: do not assume an order
     return abs((ta - tb).total_seconds()) < SESSION_GAP_S
@@ -413,5 +412,5 @@ _DEFAULT = OfflineJudge()
 def decide(new: Memory, candidates: Sequence[Memory]) -> list[Decision]:
     """Decisions for `new` against the user's active `candidates` with the offline judge, from the
     memories' stored word features (the pipeline builds its judge with a featurizer for memories
-    stored without them: `streams/judges.py`)."""
+    stored without them: `streams/core/judges.py`)."""
     return decide_with(_DEFAULT, new, candidates)

@@ -4,6 +4,7 @@ Synthesis finds the theme and its evidence offline either way; only the sentence
 gets the theme's memories (most typical first) and must answer `{"pattern": "..."}`: one sentence
 about the person, more general than any single memory, claiming nothing the memories do not say.
 A failed call or an unusable answer keeps the offline text, so a run never fails on the endpoint.
+The call itself is injected (`ask`, e.g. `ChatEndpoint.ask_json`): this module does no I/O.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dreamstream.agents.llm_client import ChatEndpoint, LLMReplyError
+from dreamstream.agents.llm_reply import AskJSON, LLMReplyError
 
 SYSTEM_PROMPT = """You write one long-term memory that generalises several short memories about \
 the same person. Answer with JSON only: {"pattern": "<one sentence>"}. The sentence starts with \
@@ -37,9 +38,9 @@ def check_pattern(data: dict[str, object]) -> str:
 
 @dataclass(frozen=True)
 class LLMPatternWriter:
-    """Words a theme's pattern through a chat endpoint; `None` means: keep the offline text."""
+    """Words a theme's pattern through one JSON-mode chat call (`ask`); `None` means: keep the offline text."""
 
-    endpoint: ChatEndpoint
+    ask: AskJSON
     name: str = "llm"
 
     def messages(self, label: str, texts: Sequence[str]) -> list[dict[str, str]]:
@@ -48,6 +49,6 @@ class LLMPatternWriter:
 
     def __call__(self, label: str, texts: Sequence[str]) -> str | None:
         try:
-            return check_pattern(self.endpoint.ask_json(self.messages(label, texts)))
+            return check_pattern(self.ask(self.messages(label, texts)))
         except Exception:  # noqa: BLE001 - any failure means: keep the offline wording
             return None

@@ -19,7 +19,7 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import numpy as np
 from scipy.cluster.hierarchy import fcluster, linkage
@@ -27,7 +27,7 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 from scipy.spatial.distance import squareform
 
-from dreamstream.schemas.memory import Memory
+from dreamstream.schemas.memory import Memory, parse_time
 
 Embed = Callable[[list[str]], np.ndarray]
 
@@ -272,10 +272,6 @@ class Theme:
 # --- gates --------------------------------------------------------------------------------------
 
 
-def _ts(value: str) -> datetime:
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
-
-
 def eligible(memories: Sequence[Memory], boundary: str | None) -> list[Memory]:
     """The memories synthesis may use as evidence.
 
@@ -284,12 +280,12 @@ def eligible(memories: Sequence[Memory], boundary: str | None) -> list[Memory]:
     describe that context, not the person), and created after the forward boundary set when synthesis
     was enabled, so enabling it never rewrites history.
     """
-    cutoff = _ts(boundary) if boundary else None
+    cutoff = parse_time(boundary) if boundary else None
     return [
         m for m in memories
         if m.kind == "fact" and m.status == "active"
         and m.app_id is None and m.agent_id is None and m.run_id is None
-        and (cutoff is None or _ts(m.created_at) > cutoff)
+        and (cutoff is None or parse_time(m.created_at) > cutoff)
     ]
 
 
@@ -313,7 +309,7 @@ def is_due(enabled: bool, n_eligible: int, last_run: str | None, now: str, caden
         return False
     if last_run is None:
         return True
-    return _ts(now) - _ts(last_run) >= timedelta(days=cadence_days)
+    return parse_time(now) - parse_time(last_run) >= timedelta(days=cadence_days)
 
 
 # --- topic profiles -----------------------------------------------------------------------------

@@ -98,7 +98,7 @@ def scheduled(mems: list[Memory], embed: Model) -> list[Memory]:
     early, on part of the evidence, does to the patterns that stay."""
     from datetime import timedelta
 
-    from dreamstream.streams import synthesis_runner as runner
+    from dreamstream.streams.core import synthesis as runner
 
     ordered = sorted(mems, key=lambda m: (m.created_at, m.memory_id))
     state = runner.SynthesisState(path=None, projects={runner.DEFAULT_PROJECT: {"enabled": True, "boundary": None}},

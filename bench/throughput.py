@@ -16,8 +16,8 @@ from pathlib import Path
 
 import orjson
 
-from dreamstream.streams.embedding import Embedder
-from dreamstream.streams.localrun import ROOT, WorkerProcess, produce
+from dreamstream.streams.core.embedding import Embedder
+from dreamstream.streams.dev.localrun import ROOT, WorkerProcess, produce
 
 CASE = ROOT.parent / "shared" / "bench" / "dev" / "events.jsonl"
 

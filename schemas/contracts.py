@@ -1,7 +1,10 @@
 """The JSON Schema contracts of every topic, loaded from the package (schemas/json/*.schema.json).
 
-`validate(name, obj)` raises `jsonschema.ValidationError` on the first problem. Names are the
-event types: memory.added, pattern.added, memory.status, memory.accessed, dead_letter, synthesis.run, dream.control,
+The schemas are the one source of truth for the shape of every record: ingest and the control agent
+check input against them (`first_problem`) and keep in code only what a schema cannot say (time
+zones, nesting depth, a vector's norm, a cron expression). `validate(name, obj)` raises
+`jsonschema.ValidationError` on the first problem. Names are the event types: memory.added,
+pattern.added, memory.status, memory.accessed, dead_letter, synthesis.run, dream.control,
 dream.control.reply.
 """
 
@@ -49,3 +52,41 @@ def validate(name: str, obj: Any) -> None:
 
 def is_valid(name: str, obj: Any) -> bool:
     return bool(_validator(name).is_valid(obj))
+
+
+def _where(error: jsonschema.ValidationError) -> str:
+    return ".".join(str(p) for p in error.absolute_path)
+
+
+def _describe(error: jsonschema.ValidationError) -> str:
+    """A short message that never repeats the (possibly huge) offending value."""
+    field = _where(error) or "the record"
+    kind, expected = error.validator, error.validator_value
+    if kind == "required":
+        missing = next((k for k in expected if isinstance(error.instance, dict) and k not in error.instance), "?")
+        return f"{field + '.' if _where(error) else ''}{missing} is required"
+    if kind == "type":
+        names = expected if isinstance(expected, list) else [expected]
+        return f"{field} must be {' or '.join(str(n) for n in names if n != 'null')}"
+    if kind in ("maxLength", "maxItems"):
+        return f"{field} is longer than {expected}"
+    if kind in ("minLength", "minItems", "pattern"):
+        return f"{field} must not be empty" if kind != "minItems" else f"{field} needs at least {expected} items"
+    if kind in ("enum", "const"):
+        options = expected if isinstance(expected, list) else [expected]
+        return f"{field} must be one of {', '.join(map(str, options))}"
+    if kind in ("minimum", "maximum"):
+        return f"{field} must be {'>=' if kind == 'minimum' else '<='} {expected}"
+    return f"{field} does not match the {kind} rule"
+
+
+def problems(name: str, obj: Any) -> list[tuple[str, str, str]]:
+    """Every way `obj` misses the named schema, as (field path, validator keyword, short message)."""
+    out = []
+    for error in _validator(name).iter_errors(obj):
+        path = _where(error)
+        if error.validator == "required":  # name the missing field itself
+            missing = [k for k in error.validator_value if isinstance(error.instance, dict) and k not in error.instance]
+            path = ".".join(filter(None, [path, missing[0] if missing else ""]))
+        out.append((path, str(error.validator), _describe(error)))
+    return out

@@ -11,49 +11,31 @@ control agent can reply and dead-letter without touching anything.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
+from dreamstream.schemas import contracts
+from dreamstream.schemas.errors import InvalidInput
 from dreamstream.schemas.events import InvalidEvent, decode, now_iso
+from dreamstream.schemas.schedules import parse_schedule
 
 CONTROL = "dream.control"
 REPLY = "dream.control.reply"
 
-COMMANDS: dict[str, dict[str, type | tuple[type, ...]]] = {
-    # command -> required args and their types (optional args are checked where they are used)
-    "synthesis.enable": {},
-    "synthesis.disable": {},
-    "retention.set": {"policies": dict},
-    "consolidate.run": {"user": str},
-    "consolidate.approve": {"plan_id": str},
-    "consolidate.reject": {"plan_id": str},
-    "consolidate.schedule": {"user": str, "schedule": str},
-    "schedule.list": {},
-    "schedule.remove": {"schedule_id": str},
-    "undo": {"decision_id": str},
-    "reprocess": {"user": str},
-    "erase": {"user": str},
-    "ingest.pause": {},
-    "ingest.resume": {},
-    "settings.show": {},
-}
-OPTIONAL: dict[str, dict[str, type | tuple[type, ...]]] = {
-    "synthesis.enable": {"project": (str, type(None)), "boundary": (str, type(None))},
-    "synthesis.disable": {"project": (str, type(None))},
-    "consolidate.run": {"app": (str, type(None)), "mode": str},
-    "consolidate.schedule": {"app": (str, type(None))},
-}
+COMMANDS: tuple[str, ...] = tuple(contracts.load_schema(CONTROL)["properties"]["command"]["enum"])
+"""Every command name, from the dream.control schema: the schema says which args each one needs."""
 REASONS = ("oversize", "undecodable", "invalid_json", "not_an_object", "unknown_type", "missing_field", "bad_field",
            "unknown_command", "unauthorised", "id_reused")
 
 
-class InvalidCommand(ValueError):
+class InvalidCommand(InvalidInput):
+    """A command that cannot be applied; `reason` is one of REASONS, `command_id` where it was readable."""
+
     def __init__(self, reason: str, message: str, command_id: str | None = None) -> None:
-        super().__init__(f"{reason}: {message}")
-        self.reason = reason
-        self.message = message
+        super().__init__(reason, message)
         self.command_id = command_id
 
 
@@ -86,30 +68,17 @@ def parse_command(raw: bytes | str | dict[str, Any], token: str | None = None) -
     name = obj.get("command")
     if name not in COMMANDS:
         raise InvalidCommand("unknown_command", f"command must be one of {', '.join(sorted(COMMANDS))}", cid)
+    found = contracts.problems(CONTROL, obj)
+    if found:
+        path, keyword, message = min(found)
+        raise InvalidCommand("missing_field" if keyword == "required" else "bad_field",
+                             f"{name} needs {path}" if keyword == "required" else message, cid)
     args = obj.get("args", {})
-    if not isinstance(args, dict):
-        raise InvalidCommand("bad_field", "args must be an object", cid)
-    for key, kind in COMMANDS[name].items():
-        if key not in args:
-            raise InvalidCommand("missing_field", f"{name} needs args.{key}", cid)
-        if not isinstance(args[key], kind):
-            raise InvalidCommand("bad_field", f"args.{key} has the wrong type", cid)
-    for key, kind in OPTIONAL.get(name, {}).items():
-        if key in args and not isinstance(args[key], kind):
-            raise InvalidCommand("bad_field", f"args.{key} has the wrong type", cid)
-    if name == "consolidate.run" and args.get("mode", "dry_run") not in ("dry_run", "auto"):
-        raise InvalidCommand("bad_field", "args.mode is dry_run or auto", cid)
     if name == "consolidate.schedule":
-        from dreamstream.agents.consolidation import parse_schedule
-
         try:
             parse_schedule(args["schedule"])
         except ValueError as exc:
             raise InvalidCommand("bad_field", str(exc), cid) from exc
-    if name == "retention.set":
-        for mtype, days in args["policies"].items():
-            if days is not None and (not isinstance(days, int) or isinstance(days, bool) or days < 0):
-                raise InvalidCommand("bad_field", f"retention for {mtype!r} must be days (>= 0) or null", cid)
     issued_by = obj.get("issued_by")
     return Command(id=cid, command=name, args=dict(args), issued_by=issued_by if isinstance(issued_by, str) else None,
                    issued_at=obj.get("issued_at") if isinstance(obj.get("issued_at"), str) else None)
@@ -124,8 +93,6 @@ def reply(command_id: str | None, command: str | None, outcome: str, details: di
 def command(name: str, args: dict[str, Any] | None = None, command_id: str | None = None,
             issued_by: str | None = None, token: str | None = None) -> dict[str, Any]:
     """A command record, for `dream control` and tests."""
-    import uuid
-
     out: dict[str, Any] = {"type": CONTROL, "id": command_id or uuid.uuid4().hex, "command": name,
                            "args": args or {}, "issued_by": issued_by, "issued_at": now_iso()}
     if token is not None:

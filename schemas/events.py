@@ -13,7 +13,9 @@ from typing import Any
 
 import orjson
 
-from dreamstream.schemas.memory import MAX_TEXT_CHARS, MemoryAdded
+from dreamstream.schemas import contracts
+from dreamstream.schemas.errors import InvalidInput
+from dreamstream.schemas.memory import MAX_TEXT_CHARS, MemoryAdded, parse_time
 
 MEMORY_ADDED = "memory.added"
 PATTERN_ADDED = "pattern.added"
@@ -21,7 +23,6 @@ MEMORY_STATUS = "memory.status"
 DEAD_LETTER = "dead_letter"
 INGEST_TYPES = (MEMORY_ADDED, PATTERN_ADDED)
 MAX_EVENT_BYTES = 64 * 1024
-EMBEDDING_DIM = 384
 
 REASONS = (
     "undecodable", "invalid_json", "not_an_object", "unknown_type", "missing_field", "bad_field",
@@ -29,13 +30,8 @@ REASONS = (
 )
 
 
-class InvalidEvent(ValueError):
+class InvalidEvent(InvalidInput):
     """An event that cannot be processed; `reason` is one of REASONS."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(f"{reason}: {message}")
-        self.reason = reason
-        self.message = message
 
 
 def now_iso() -> str:
@@ -47,7 +43,7 @@ def normalise_time(value: Any, field: str) -> str:
     if not isinstance(value, str) or not value:
         raise InvalidEvent("bad_field", f"{field} must be an ISO 8601 string")
     try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+        parsed = parse_time(value)
     except ValueError as exc:
         raise InvalidEvent("bad_field", f"{field} is not ISO 8601: {value!r}") from exc
     if parsed.tzinfo is None:
@@ -57,21 +53,6 @@ def normalise_time(value: Any, field: str) -> str:
     if parsed.microsecond:
         text += f".{parsed.microsecond:06d}"
     return text + "Z"
-
-
-def _string(obj: dict[str, Any], field: str, required: bool = True, limit: int = 256) -> str | None:
-    value = obj.get(field)
-    if value is None:
-        if required:
-            raise InvalidEvent("missing_field", f"{field} is required")
-        return None
-    if not isinstance(value, str):
-        raise InvalidEvent("bad_field", f"{field} must be a string, got {type(value).__name__}")
-    if required and not value.strip():
-        raise InvalidEvent("bad_field", f"{field} must not be empty")
-    if len(value) > limit:
-        raise InvalidEvent("bad_field", f"{field} is longer than {limit} characters")
-    return value
 
 
 def decode(raw: bytes | str | dict[str, Any]) -> dict[str, Any]:
@@ -117,69 +98,69 @@ def _depth(value: Any, limit: int = MAX_METADATA_DEPTH + 1) -> int:
     return depth
 
 
+FIELD_ORDER = ("event_id", "memory_id", "user_id", "text", "created_at", "app_id", "agent_id", "run_id", "project_id",
+               "metadata", "embedding", "sources")
+"""The order fields are checked in: the first problem found is the one a dead letter names."""
+
+
+def check_against_schema(schema: str, obj: dict[str, Any]) -> None:
+    """The event's shape, checked against its JSON Schema (schemas/json/): the first problem, in
+    FIELD_ORDER, as InvalidEvent with the reason its dead letter carries."""
+    found = contracts.problems(schema, obj)
+    if not found:
+        return
+
+    def rank(problem: tuple[str, str, str]) -> tuple[int, str]:
+        head = problem[0].split(".")[0]
+        return (FIELD_ORDER.index(head) if head in FIELD_ORDER else len(FIELD_ORDER), problem[0])
+
+    path, keyword, message = min(found, key=rank)
+    required = contracts.load_schema(schema)["required"]
+    if keyword == "required" or (keyword == "type" and path in required and obj.get(path) is None):
+        raise InvalidEvent("missing_field", f"{path} is required")
+    if path == "text" and keyword == "maxLength":
+        raise InvalidEvent("oversize", f"text has {len(obj['text'])} characters; the limit is {MAX_TEXT_CHARS}")
+    if path == "text" and keyword in ("minLength", "pattern"):
+        raise InvalidEvent("empty_text", "text is empty (or only whitespace and control characters)")
+    raise InvalidEvent("bad_field", message)
+
+
 def parse_memory_event(raw: bytes | str | dict[str, Any]) -> MemoryAdded:
-    """Validate a `memory.added` (or synthesis `pattern.added`) event into a MemoryAdded."""
+    """Validate a `memory.added` (or synthesis `pattern.added`) event into a MemoryAdded.
+
+    The shape is the JSON Schema's; what follows are the checks a schema cannot express."""
     obj = decode(raw)
     kind_of_event = obj.get("type")
     if kind_of_event not in INGEST_TYPES:
         raise InvalidEvent("unknown_type", f"type {kind_of_event!r} is not one of {', '.join(INGEST_TYPES)}")
-    event_id = _string(obj, "event_id")
-    memory_id = _string(obj, "memory_id")
-    user_id = _string(obj, "user_id")
-    text = obj.get("text")
-    if text is None:
-        raise InvalidEvent("missing_field", "text is required")
-    if not isinstance(text, str):
-        raise InvalidEvent("bad_field", f"text must be a string, got {type(text).__name__}")
-    if not text.strip() or not any(ch.isprintable() and not ch.isspace() for ch in text):
+    check_against_schema(str(kind_of_event), obj)
+    text: str = obj["text"]
+    if not any(ch.isprintable() and not ch.isspace() for ch in text):
         raise InvalidEvent("empty_text", "text is empty (or only whitespace and control characters)")
-    if len(text) > MAX_TEXT_CHARS:
-        raise InvalidEvent("oversize", f"text has {len(text)} characters; the limit is {MAX_TEXT_CHARS}")
-    if "created_at" not in obj or obj["created_at"] is None:
-        raise InvalidEvent("missing_field", "created_at is required")
     created_at = normalise_time(obj["created_at"], "created_at")
     metadata = obj.get("metadata") or {}
-    if not isinstance(metadata, dict):
-        raise InvalidEvent("bad_field", "metadata must be an object")
     if _depth(metadata) > MAX_METADATA_DEPTH:
         raise InvalidEvent("bad_field", f"metadata is nested deeper than {MAX_METADATA_DEPTH} levels")
-    if "type" in metadata and metadata["type"] is not None and not isinstance(metadata["type"], str):
-        raise InvalidEvent("bad_field", "metadata.type must be a string")
     confidence = metadata.get("confidence")
-    if confidence is not None and (
-        isinstance(confidence, bool) or not isinstance(confidence, int | float)
-        or not math.isfinite(confidence) or not 0.0 <= confidence <= 1.0
-    ):
+    if confidence is not None and not math.isfinite(confidence):
         raise InvalidEvent("bad_field", "metadata.confidence must be a number in [0, 1]")
-    if "pinned" in metadata and metadata["pinned"] is not None and not isinstance(metadata["pinned"], bool):
-        raise InvalidEvent("bad_field", "metadata.pinned must be a boolean")
     embedding = obj.get("embedding")
     vector: tuple[float, ...] | None = None
     if embedding is not None:
-        if (not isinstance(embedding, list) or len(embedding) != EMBEDDING_DIM
-                or not all(isinstance(x, int | float) and not isinstance(x, bool) for x in embedding)):
-            raise InvalidEvent("bad_field", f"embedding must be a list of {EMBEDDING_DIM} numbers")
         norm = math.sqrt(sum(float(x) * float(x) for x in embedding))
         if not math.isfinite(norm) or norm == 0.0:
             raise InvalidEvent("bad_field", "embedding must be finite and non-zero")
         vector = tuple(float(x) / norm for x in embedding)
-    sources: tuple[str, ...] = ()
-    if kind_of_event == PATTERN_ADDED:
-        raw_sources = obj.get("sources")
-        if not isinstance(raw_sources, list) or not all(isinstance(s, str) for s in raw_sources):
-            raise InvalidEvent("bad_field", "a pattern needs sources: a list of memory ids")
-        sources = tuple(raw_sources)
-    assert event_id is not None and memory_id is not None and user_id is not None
     return MemoryAdded(
-        event_id=event_id,
-        memory_id=memory_id,
-        user_id=user_id,
+        event_id=obj["event_id"],
+        memory_id=obj["memory_id"],
+        user_id=obj["user_id"],
         text=text.strip(),
         created_at=created_at,
-        app_id=_string(obj, "app_id", required=False),
-        agent_id=_string(obj, "agent_id", required=False),
-        run_id=_string(obj, "run_id", required=False),
-        project_id=_string(obj, "project_id", required=False),
+        app_id=obj.get("app_id"),
+        agent_id=obj.get("agent_id"),
+        run_id=obj.get("run_id"),
+        project_id=obj.get("project_id"),
         metadata={
             "type": metadata.get("type"),
             "confidence": confidence,
@@ -188,7 +169,7 @@ def parse_memory_event(raw: bytes | str | dict[str, Any]) -> MemoryAdded:
         },
         embedding=vector,
         kind="pattern" if kind_of_event == PATTERN_ADDED else "fact",
-        sources=sources,
+        sources=tuple(obj["sources"]) if kind_of_event == PATTERN_ADDED else (),
     )
 
 

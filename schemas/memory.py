@@ -6,6 +6,7 @@ Plain dataclasses so the decision logic can be exercised without Kafka or Qdrant
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal
 
 import numpy as np
@@ -15,10 +16,38 @@ Status = Literal["active", "superseded", "merged", "expired"]
 
 MAX_TEXT_CHARS = 4000
 """Longest memory text accepted; longer ones are dead-lettered (memories are short statements)."""
+EMBEDDING_DIM = 384
+"""all-MiniLM-L6-v2's vector size: the store collection, the model and precomputed embeddings agree on it."""
+LINK_FIELDS = ("status", "superseded_by", "supersedes", "merged_into", "merged_from")
+"""A memory's status and links: what a decision changes and its undo restores."""
+
+
+def parse_time(value: str) -> datetime:
+    """A stored ISO 8601 timestamp (`...Z` or an offset) as an aware datetime; ValueError when it is not one."""
+    return datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+
+
+class MetadataView:
+    """The metadata fields the decisions read, with their defaults; shared by events and stored memories."""
+
+    metadata: dict[str, Any]
+
+    @property
+    def memory_type(self) -> str:
+        return str(self.metadata.get("type") or "unknown")
+
+    @property
+    def confidence(self) -> float:
+        value = self.metadata.get("confidence")
+        return float(value) if isinstance(value, int | float) else 1.0
+
+    @property
+    def pinned(self) -> bool:
+        return bool(self.metadata.get("pinned", False))
 
 
 @dataclass(frozen=True)
-class MemoryAdded:
+class MemoryAdded(MetadataView):
     """A validated `memory.added` event (see schemas/json/memory.added.schema.json)."""
 
     event_id: str
@@ -35,23 +64,10 @@ class MemoryAdded:
     kind: Kind = "fact"
     sources: tuple[str, ...] = ()
 
-    @property
-    def memory_type(self) -> str:
-        return str(self.metadata.get("type") or "unknown")
-
-    @property
-    def confidence(self) -> float:
-        value = self.metadata.get("confidence")
-        return float(value) if isinstance(value, int | float) else 1.0
-
-    @property
-    def pinned(self) -> bool:
-        return bool(self.metadata.get("pinned", False))
-
 
 @dataclass
-class Memory:
-    """A stored memory: the Qdrant payload plus its vector (unit length, 384 dims)."""
+class Memory(MetadataView):
+    """A stored memory: the Qdrant payload plus its vector (unit length, EMBEDDING_DIM dims)."""
 
     memory_id: str
     user_id: str
@@ -83,19 +99,6 @@ class Memory:
     features: dict[str, Any] | None = None
     """The judge's word features (`agents.alignment.TokenFeatures.to_payload`), computed once at ingest."""
     vector: np.ndarray | None = None
-
-    @property
-    def memory_type(self) -> str:
-        return str(self.metadata.get("type") or "unknown")
-
-    @property
-    def confidence(self) -> float:
-        value = self.metadata.get("confidence")
-        return float(value) if isinstance(value, int | float) else 1.0
-
-    @property
-    def pinned(self) -> bool:
-        return bool(self.metadata.get("pinned", False))
 
     def payload(self) -> dict[str, Any]:
         """The Qdrant payload: every field but the vector."""

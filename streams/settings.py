@@ -1,60 +1,146 @@
-"""Settings, all from the environment (12-factor), with embedded defaults for a laptop."""
+"""Settings, all from the environment (12-factor), with embedded defaults for a laptop.
+
+Each field reads exactly one environment variable, the one named by its `validation_alias`
+(case-sensitive, no `.env` file, no secrets directory). A bad value raises `SettingsError`
+(a `ValueError`) whose message is one line naming the variable, e.g.
+"DREAM_BATCH_SIZE: Input should be a valid integer, unable to parse string as an integer".
+"""
 
 from __future__ import annotations
 
 import os
 import ssl
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, Field, ValidationError, field_validator, model_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+
+from dreamstream.schemas.errors import ConfigError
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
-def _env(name: str, default: str) -> str:
-    return os.environ.get(name, default)
+class SettingsError(ConfigError):
+    """A bad setting: one line, one `ENV_NAME: problem` per problem, joined by "; "."""
 
 
-@dataclass(frozen=True)
-class Topics:
+def _empty_is_none(value: Any) -> Any:
+    return value or None
+
+
+def _upper(value: Any) -> Any:
+    return value.upper() if isinstance(value, str) else value
+
+
+OptStr = Annotated[str | None, BeforeValidator(_empty_is_none)]
+"""An optional setting: unset or set to the empty string reads as None."""
+
+
+class _ExplicitEnv(EnvSettingsSource):
+    """Reads only the variable a field names as its alias: never the field's own name (`judge`),
+    and nothing for the sub-sections (`topics`, `kafka`), which read their own variables."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        alias = field.validation_alias
+        if not isinstance(alias, str):
+            return None, field_name, False
+        return self.env_vars.get(alias), alias, False
+
+
+def _one_line(exc: ValidationError, cls: type[BaseSettings]) -> str:
+    parts = []
+    for err in exc.errors(include_url=False, include_input=False):  # no input: it may be a password
+        loc = list(err["loc"])
+        if loc and str(loc[0]) in cls.model_fields:  # a keyword argument (Settings(batch_size=...))
+            alias = cls.model_fields[str(loc[0])].validation_alias
+            loc[0] = alias if isinstance(alias, str) else loc[0]
+        where = ".".join(str(p) for p in loc)
+        msg = err["msg"].removeprefix("Value error, ")
+        parts.append(f"{where}: {msg}" if where else msg)
+    return "; ".join(parts)
+
+
+class _EnvSettings(BaseSettings):
+    model_config = SettingsConfigDict(
+        frozen=True,
+        case_sensitive=True,  # like os.environ: DREAM_JUDGE, not dream_judge
+        populate_by_name=True,  # Settings(judge="llm") passes field names
+        env_file=None,
+        extra="forbid",
+        use_attribute_docstrings=True,  # the docstrings below are the fields' descriptions
+    )
+
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise SettingsError(_one_line(exc, type(self))) from None
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Keyword arguments first, then the process environment; never a .env file or secrets dir."""
+        return init_settings, _ExplicitEnv(settings_cls)
+
+
+class Topics(_EnvSettings):
     """Topic names and partition counts. Every topic is keyed by user_id (per-user order)."""
 
-    memory_added: str = field(default_factory=lambda: _env("DREAM_TOPIC_MEMORY_ADDED", "memory.added"))
-    memory_status: str = field(default_factory=lambda: _env("DREAM_TOPIC_MEMORY_STATUS", "memory.status"))
-    patterns: str = field(default_factory=lambda: _env("DREAM_TOPIC_PATTERNS", "memory.patterns"))
-    dead_letters: str = field(default_factory=lambda: _env("DREAM_TOPIC_DEAD_LETTERS", "memory.deadletter"))
-    synthesis_runs: str = field(default_factory=lambda: _env("DREAM_TOPIC_SYNTHESIS_RUNS", "dream.synthesis.runs"))
-    control: str = field(default_factory=lambda: _env("DREAM_TOPIC_CONTROL", "dream.control"))
-    control_replies: str = field(default_factory=lambda: _env("DREAM_TOPIC_CONTROL_REPLIES", "dream.control.replies"))
-    memory_accessed: str = field(default_factory=lambda: _env("DREAM_TOPIC_MEMORY_ACCESSED", "memory.accessed"))
-    partitions: int = field(default_factory=lambda: int(_env("DREAM_PARTITIONS", "4")))
+    memory_added: str = Field(default="memory.added", validation_alias="DREAM_TOPIC_MEMORY_ADDED")
+    memory_status: str = Field(default="memory.status", validation_alias="DREAM_TOPIC_MEMORY_STATUS")
+    patterns: str = Field(default="memory.patterns", validation_alias="DREAM_TOPIC_PATTERNS")
+    dead_letters: str = Field(default="memory.deadletter", validation_alias="DREAM_TOPIC_DEAD_LETTERS")
+    synthesis_runs: str = Field(default="dream.synthesis.runs", validation_alias="DREAM_TOPIC_SYNTHESIS_RUNS")
+    control: str = Field(default="dream.control", validation_alias="DREAM_TOPIC_CONTROL")
+    control_replies: str = Field(default="dream.control.replies", validation_alias="DREAM_TOPIC_CONTROL_REPLIES")
+    memory_accessed: str = Field(default="memory.accessed", validation_alias="DREAM_TOPIC_MEMORY_ACCESSED")
+    partitions: int = Field(default=4, validation_alias="DREAM_PARTITIONS")
 
 
-def _opt(name: str) -> str | None:
-    return os.environ.get(name) or None
-
-
-@dataclass(frozen=True)
-class KafkaSecurity:
+class KafkaSecurity(_EnvSettings):
     """How the worker authenticates to a secured cluster: TLS (server CA, optional client certificate
     for mTLS) and/or SASL PLAIN / SCRAM. The default, PLAINTEXT, is the local broker's."""
 
-    protocol: str = field(default_factory=lambda: _env("DREAM_KAFKA_SECURITY_PROTOCOL", "PLAINTEXT").upper())
-    sasl_mechanism: str = field(default_factory=lambda: _env("DREAM_KAFKA_SASL_MECHANISM", "PLAIN").upper())
-    sasl_username: str | None = field(default_factory=lambda: _opt("DREAM_KAFKA_SASL_USERNAME"))
-    sasl_password: str | None = field(default_factory=lambda: _opt("DREAM_KAFKA_SASL_PASSWORD"))
-    ssl_cafile: str | None = field(default_factory=lambda: _opt("DREAM_KAFKA_SSL_CAFILE"))
-    ssl_certfile: str | None = field(default_factory=lambda: _opt("DREAM_KAFKA_SSL_CERTFILE"))
-    ssl_keyfile: str | None = field(default_factory=lambda: _opt("DREAM_KAFKA_SSL_KEYFILE"))
+    protocol: str = Field(default="PLAINTEXT", validation_alias="DREAM_KAFKA_SECURITY_PROTOCOL")
+    """One of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL (any case)."""
+    sasl_mechanism: str = Field(default="PLAIN", validation_alias="DREAM_KAFKA_SASL_MECHANISM")
+    """One of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (any case); checked only for SASL_* protocols."""
+    sasl_username: OptStr = Field(default=None, validation_alias="DREAM_KAFKA_SASL_USERNAME")
+    sasl_password: OptStr = Field(default=None, validation_alias="DREAM_KAFKA_SASL_PASSWORD")
+    ssl_cafile: OptStr = Field(default=None, validation_alias="DREAM_KAFKA_SSL_CAFILE")
+    """The broker's CA bundle; the system CAs without it."""
+    ssl_certfile: OptStr = Field(default=None, validation_alias="DREAM_KAFKA_SSL_CERTFILE")
+    """A client certificate for mTLS."""
+    ssl_keyfile: OptStr = Field(default=None, validation_alias="DREAM_KAFKA_SSL_KEYFILE")
 
-    def __post_init__(self) -> None:
-        if self.protocol not in SECURITY_PROTOCOLS:
-            raise ValueError(f"DREAM_KAFKA_SECURITY_PROTOCOL must be one of {', '.join(SECURITY_PROTOCOLS)}")
+    @field_validator("protocol", "sasl_mechanism", mode="before")
+    @classmethod
+    def _upper_case(cls, value: Any) -> Any:
+        return _upper(value)
+
+    @field_validator("protocol")
+    @classmethod
+    def _known_protocol(cls, value: str) -> str:
+        if value not in SECURITY_PROTOCOLS:
+            raise ValueError(f"must be one of {', '.join(SECURITY_PROTOCOLS)}")
+        return value
+
+    @model_validator(mode="after")
+    def _sasl_complete(self) -> KafkaSecurity:
         if self.protocol.startswith("SASL_"):
             if self.sasl_mechanism not in SASL_MECHANISMS:
                 raise ValueError(f"DREAM_KAFKA_SASL_MECHANISM must be one of {', '.join(SASL_MECHANISMS)}")
             if not (self.sasl_username and self.sasl_password):
                 raise ValueError("SASL needs DREAM_KAFKA_SASL_USERNAME and DREAM_KAFKA_SASL_PASSWORD")
+        return self
 
     def ssl_context(self) -> ssl.SSLContext | None:
         """A verifying client context (system CAs unless a CA file is given); None without TLS."""
@@ -87,39 +173,43 @@ class KafkaSecurity:
         return out
 
 
-@dataclass(frozen=True)
-class Settings:
-    app_id: str = field(default_factory=lambda: _env("DREAM_APP_ID", "dreamstream"))
-    broker: str = field(default_factory=lambda: _env("KAFKA_BOOTSTRAP", "kafka://127.0.0.1:9092"))
-    store_dir: str = field(default_factory=lambda: _env("DREAM_STORE", os.path.join("var", "store")))
-    data_dir: str = field(default_factory=lambda: _env("DREAM_DATA_DIR", os.path.join("var", "faust")))
-    qdrant_url: str | None = field(default_factory=lambda: os.environ.get("QDRANT_URL") or None)
-    qdrant_api_key: str | None = field(default_factory=lambda: os.environ.get("QDRANT_API_KEY") or None)
-    batch_size: int = field(default_factory=lambda: int(_env("DREAM_BATCH_SIZE", "64")))
-    batch_within: float = field(default_factory=lambda: float(_env("DREAM_BATCH_WITHIN", "0.5")))
-    session_timeout: float = field(default_factory=lambda: float(_env("DREAM_SESSION_TIMEOUT", "30")))
+class Settings(_EnvSettings):
+    app_id: str = Field(default="dreamstream", validation_alias="DREAM_APP_ID")
+    broker: str = Field(default="kafka://127.0.0.1:9092", validation_alias="KAFKA_BOOTSTRAP")
+    """Comma-separated brokers, kafka://host:port or bare host:port."""
+    store_dir: str = Field(default=os.path.join("var", "store"), validation_alias="DREAM_STORE")
+    data_dir: str = Field(default=os.path.join("var", "faust"), validation_alias="DREAM_DATA_DIR")
+    qdrant_url: OptStr = Field(default=None, validation_alias="QDRANT_URL")
+    qdrant_api_key: OptStr = Field(default=None, validation_alias="QDRANT_API_KEY")
+    batch_size: int = Field(default=64, validation_alias="DREAM_BATCH_SIZE")
+    batch_within: float = Field(default=0.5, validation_alias="DREAM_BATCH_WITHIN")
+    session_timeout: float = Field(default=30.0, validation_alias="DREAM_SESSION_TIMEOUT")
     """Seconds before the group gives a silent worker's partitions away: a crashed worker's
     replacement waits this long for them (Faust's default is 60)."""
-    stall_seconds: float = field(default_factory=lambda: float(_env("DREAM_STALL_SECONDS", "30")))
-    """An input partition with records waiting and none delivered this long is re-seeked (streams/watchdog.py)."""
-    http_host: str = field(default_factory=lambda: _env("DREAM_HTTP_HOST", "127.0.0.1"))
-    http_port: int = field(default_factory=lambda: int(_env("DREAM_HTTP_PORT", "6066")))
-    synthesis_check_seconds: float = field(default_factory=lambda: float(_env("DREAM_SYNTHESIS_CHECK_SECONDS", "60")))
-    synthesis_cadence: str = field(default_factory=lambda: _env("DREAM_SYNTHESIS_CADENCE", "weekly"))
-    control_token: str | None = field(default_factory=lambda: os.environ.get("DREAM_CONTROL_TOKEN") or None)
-    retention_file: str | None = field(default_factory=lambda: os.environ.get("DREAM_RETENTION_FILE") or None)
+    stall_seconds: float = Field(default=30.0, validation_alias="DREAM_STALL_SECONDS")
+    """An input partition with records waiting and none delivered this long is re-seeked
+    (streams/worker/watchdog.py)."""
+    http_host: str = Field(default="127.0.0.1", validation_alias="DREAM_HTTP_HOST")
+    http_port: int = Field(default=6066, validation_alias="DREAM_HTTP_PORT")
+    synthesis_check_seconds: float = Field(default=60.0, validation_alias="DREAM_SYNTHESIS_CHECK_SECONDS")
+    synthesis_cadence: str = Field(default="weekly", validation_alias="DREAM_SYNTHESIS_CADENCE")
+    """`weekly`, `daily`, `biweekly` or a number of days."""
+    control_token: OptStr = Field(default=None, validation_alias="DREAM_CONTROL_TOKEN")
+    retention_file: OptStr = Field(default=None, validation_alias="DREAM_RETENTION_FILE")
     """JSON {metadata.type: days | null} laid over the default retention policies."""
-    judge: str = field(default_factory=lambda: _env("DREAM_JUDGE", "offline"))
+    judge: str = Field(default="offline", validation_alias="DREAM_JUDGE")
     """Merge/supersede judge: `offline` (default), `nli` (DREAM_NLI_MODEL) or `llm` (DREAM_LLM_*)."""
-    nli_model: str | None = field(default_factory=lambda: os.environ.get("DREAM_NLI_MODEL") or None)
-    llm_url: str | None = field(default_factory=lambda: os.environ.get("DREAM_LLM_URL") or None)
-    llm_model: str | None = field(default_factory=lambda: os.environ.get("DREAM_LLM_MODEL") or None)
-    llm_api_key: str | None = field(default_factory=lambda: os.environ.get("DREAM_LLM_API_KEY") or None)
-    llm_timeout: float = field(default_factory=lambda: float(_env("DREAM_LLM_TIMEOUT", "10")))
-    synthesis_text: str = field(default_factory=lambda: _env("DREAM_SYNTHESIS_TEXT", "offline"))
+    nli_model: OptStr = Field(default=None, validation_alias="DREAM_NLI_MODEL")
+    llm_url: OptStr = Field(default=None, validation_alias="DREAM_LLM_URL")
+    llm_model: OptStr = Field(default=None, validation_alias="DREAM_LLM_MODEL")
+    llm_api_key: OptStr = Field(default=None, validation_alias="DREAM_LLM_API_KEY")
+    llm_timeout: float = Field(default=10.0, validation_alias="DREAM_LLM_TIMEOUT")
+    synthesis_text: str = Field(default="offline", validation_alias="DREAM_SYNTHESIS_TEXT")
     """Pattern wording: `offline` (built from the theme's memories) or `llm` (the DREAM_LLM_* endpoint)."""
-    topics: Topics = field(default_factory=Topics)
-    kafka: KafkaSecurity = field(default_factory=lambda: KafkaSecurity())
+    topics: Topics = Field(default_factory=Topics)
+    """Topic names (DREAM_TOPIC_*, DREAM_PARTITIONS)."""
+    kafka: KafkaSecurity = Field(default_factory=KafkaSecurity)
+    """Broker security (DREAM_KAFKA_*)."""
 
     @property
     def synthesis_cadence_days(self) -> float:
@@ -140,4 +230,20 @@ class Settings:
 
 
 def load() -> Settings:
+    """Fresh settings read from the environment now; a bad value raises SettingsError (a ValueError)."""
     return Settings()
+
+
+def settings_from_env_table() -> list[tuple[str, str, Any, str]]:
+    """(environment variable, field, default, description) for every setting, for the docs."""
+    rows: list[tuple[str, str, Any, str]] = []
+
+    def walk(cls: type[_EnvSettings], prefix: str) -> None:
+        for name, info in cls.model_fields.items():
+            if isinstance(info.validation_alias, str):
+                rows.append((info.validation_alias, prefix + name, info.default, info.description or ""))
+            elif isinstance(info.annotation, type) and issubclass(info.annotation, _EnvSettings):
+                walk(info.annotation, f"{prefix}{name}.")
+
+    walk(Settings, "")
+    return rows

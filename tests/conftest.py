@@ -21,7 +21,7 @@ KAFKA_PORT = int(os.environ.get("DREAM_KAFKA_PORT", "9092"))
 @pytest.fixture(scope="session")
 def embedder():
     """One real all-MiniLM-L6-v2 for the whole session (loading it takes seconds)."""
-    from dreamstream.streams.embedding import shared_embedder
+    from dreamstream.streams.core.embedding import shared_embedder
 
     return shared_embedder()
 

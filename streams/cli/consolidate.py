@@ -1,0 +1,248 @@
+"""`dream consolidate`, `dream schedule`, `dream stats` and `dream provenance`.
+
+    dream consolidate --user U [--app A] [--auto | --dry-run] [--yes] [--hard-delete]
+    dream consolidate --user U [--app A] --schedule weekly|daily|biweekly|"<cron>"
+    dream consolidate --light | --full [--user U] [--dry-run]
+    dream schedule list | remove SCHEDULE_ID
+    dream stats
+    dream provenance MEMORY_ID
+
+The pass works on the store directly (embedded folder or QDRANT_URL); schedules live in the worker
+and are registered over the control topic, so those commands need a running worker. Command bodies
+import the services they use (see cli/main.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import orjson
+
+from dreamstream.streams.cli.common import open_configured_store, run_async, settings, store_option
+from dreamstream.streams.cli.control import request
+
+
+def _ask(prompt: str) -> str | None:
+    """One answer from stdin (a terminal or a pipe); None at end of input."""
+    click.echo(prompt + " ", nl=False)
+    line = sys.stdin.readline()
+    if not line:
+        click.echo()
+        return None
+    return line.rstrip("\n")
+
+
+def _fetch_progress(store: Any, user: str, app_id: str | None) -> Any:
+    """A progress bar on stderr when it is a terminal (stdout keeps the exact report)."""
+    from dreamstream.streams.core import consolidation as runner
+
+    if not sys.stderr.isatty():
+        return None
+    total = store.count(runner.scope_where(user, app_id))
+    return click.progressbar(length=total, label="Fetching memories", file=sys.stderr)
+
+
+def interactive(plan: Any) -> tuple[dict[int, str | None], bool]:
+    """Prints the report, asking at each conflict and at the end; returns the choices and the go-ahead."""
+    from dreamstream.agents import consolidation as cons
+
+    choices: dict[int, str | None] = {}
+    conflict = 0
+    go = False
+    for line in cons.render_report(plan).split("\n"):
+        if line.strip() == "Which is current? [A/B/skip]":
+            answer = _ask(line)
+            choices[conflict] = cons.parse_choice(answer or "")
+            conflict += 1
+        elif line == cons.APPLY_PROMPT:
+            answer = _ask(line)
+            go = answer is not None and cons.parse_confirm(answer)  # end of input is not a yes
+        else:
+            click.echo(line)
+    return choices, go
+
+
+async def publish_events(events: list[dict[str, Any]], store_dir: str | None) -> str:
+    """The pass's `memory.status` events to Kafka; when no broker answers, to an outbox file beside
+    the store (never dropped), to be sent later (`kcat -P -t memory.status -l FILE`)."""
+    from aiokafka import AIOKafkaProducer
+
+    if not events:
+        return ""
+    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, acks="all", request_timeout_ms=5000,
+                                **settings.kafka.aiokafka_kwargs())
+    try:
+        await asyncio.wait_for(producer.start(), timeout=10)
+        for ev in events:
+            await producer.send_and_wait(settings.topics.memory_status, orjson.dumps(ev), key=ev["user_id"].encode())
+        return f"{len(events)} status events sent to {settings.topics.memory_status}"
+    except Exception:  # no broker: keep them
+        outbox = Path(store_dir or settings.store_dir).parent / "status-outbox.jsonl"
+        outbox.parent.mkdir(parents=True, exist_ok=True)
+        with outbox.open("ab") as fh:
+            for ev in events:
+                fh.write(orjson.dumps(ev) + b"\n")
+        return f"no broker reachable: {len(events)} status events kept in {outbox}"
+    finally:
+        with contextlib.suppress(Exception):  # it may never have started
+            await producer.stop()
+
+
+@click.command()
+@click.option("--user", "user", default=None, help="Whose memories (required for a pass).")
+@click.option("--app", "app_id", default=None, help="Only this app's (project's) memories.")
+@click.option("--auto", is_flag=True, default=False, help="Apply merges and prunes, skip conflicts, no prompts.")
+@click.option("--dry-run", is_flag=True, default=False, help="Print the report (or the JSON summary); change nothing.")
+@click.option("--yes", is_flag=True, default=False, help="Apply without the final Apply? prompt.")
+@click.option("--hard-delete", is_flag=True, default=False,
+           help="Delete pruned memories for good (privacy requests) instead of expiring them.")
+@click.option("--light", is_flag=True, default=False, help="Light consolidation: stability, co-access links.")
+@click.option("--full", is_flag=True, default=False, help="Full: light + clusters + in-cluster merges + index rebuild.")
+@click.option("--schedule", "schedule", default=None,
+           help='Register a recurring --auto run in the worker: weekly, daily, biweekly or "<cron>".')
+@click.option("--retention", "retention_file", default=None,
+           help="JSON {type: days|null} over the defaults (default: $DREAM_RETENTION_FILE).")
+@store_option
+@run_async
+async def consolidate(user: str | None, app_id: str | None, auto: bool, dry_run: bool,
+                      yes: bool, hard_delete: bool, light: bool, full: bool, schedule: str | None,
+                      retention_file: str | None, store_dir: str | None) -> None:
+    """The consolidation pass over one user's (or one app's) memories, with a report to approve."""
+    from dreamstream.agents import consolidation as cons
+    from dreamstream.streams.core import consolidation as runner
+    from dreamstream.streams.core.embedding import shared_embedder
+
+    if light and full:
+        raise click.UsageError("--light and --full exclude each other")
+    if auto and dry_run:
+        raise click.UsageError("--auto and --dry-run exclude each other")
+    if light or full:
+        store = open_configured_store(store_dir)
+        try:
+            summary = runner.full(store, user, dry_run) if full else runner.light(store, user, dry_run)
+        finally:
+            store.close()
+        if not dry_run:
+            runner.note_run(store_dir or settings.store_dir, summary)
+        click.echo(json.dumps(summary, indent=2, sort_keys=True))
+        return
+    if not user:
+        raise click.UsageError("a consolidation pass needs --user")
+    if schedule:
+        try:
+            cons.parse_schedule(schedule)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--schedule") from exc
+        entry = await request("consolidate.schedule", {"user": user, "app": app_id, "schedule": schedule})
+        click.echo(f"scheduled {entry['schedule_id']}: dream consolidate --user {user}"
+                   f"{' --app ' + app_id if app_id else ''} --auto, {schedule} ({entry['cron']}, worker local time)")
+        return
+    policies, warning = runner.load_retention(retention_file or settings.retention_file)
+    if warning:
+        click.echo(f"warning: {warning}", err=True)
+    store = open_configured_store(store_dir)
+    try:
+        bar = _fetch_progress(store, user, app_id)
+        if bar is not None:
+            with bar:
+                plan, found = runner.make_plan(store, user, app_id, policies, progress=bar.update)
+        else:
+            plan, found = runner.make_plan(store, user, app_id, policies)
+        if not found:
+            click.echo(cons.no_memories(plan.project))
+            return
+        if plan.empty:
+            click.echo(cons.NOTHING)
+            return
+        if dry_run:
+            click.echo(cons.report_without_prompt(plan))
+            click.echo("(dry run: no changes made)")
+            return
+        if auto:
+            outcome, events = runner.apply_plan(store, shared_embedder(), plan, hard_delete=hard_delete, reminder=True)
+            click.echo(cons.auto_line(plan.project, outcome))
+            if outcome.reminder_id:
+                click.echo(f"stored a reminder ({outcome.reminder_id}): {outcome.skipped} conflicts need review")
+        else:
+            if yes:
+                click.echo(cons.report_without_prompt(plan))
+                choices: dict[int, str | None] = {}
+                go = True
+            else:
+                if hard_delete and plan.prunes:
+                    click.echo(f"Note: --hard-delete deletes the {len(plan.prunes)} pruned memories for good.")
+                choices, go = interactive(plan)
+            if not go:
+                click.echo(cons.CANCELLED)
+                return
+            outcome, events = runner.apply_plan(store, shared_embedder(), plan, choices, hard_delete=hard_delete)
+            click.echo(cons.render_summary(outcome))
+        if hard_delete and outcome.pruned:
+            click.echo(f"{outcome.pruned} memories were deleted permanently (--hard-delete); they cannot be restored.")
+        if outcome.decision_id and (outcome.merged_pairs or outcome.pruned or outcome.resolved or outcome.reminder_id):
+            click.echo(f"Undo this pass: dream undo {outcome.decision_id}")
+        note = await publish_events(events, store_dir)
+        if note:
+            click.echo(note, err=True)
+        runner.note_run(store_dir or settings.store_dir, {"type": "pass", "user": user, "app": app_id,
+                                                            **outcome.to_dict()})
+    finally:
+        store.close()
+
+
+@click.command()
+@click.argument("action", type=click.Choice(["list", "remove"]))
+@click.argument("schedule_id", required=False)
+@run_async
+async def schedule(action: str, schedule_id: str | None) -> None:
+    """The worker's scheduled consolidation runs: list them, or remove one by id."""
+    if action == "list":
+        details = await request("schedule.list", {})
+        rows = details.get("schedules") or []
+        if not rows:
+            click.echo("(no schedules)")
+        for e in rows:
+            last = (e.get("last_run") or {}).get("line") or "never ran"
+            click.echo(f"{e['schedule_id']}  user={e['user']}  app={e.get('app') or '-'}  {e['schedule']}"
+                       f"  ({e['cron']})  last: {last}")
+        return
+    if not schedule_id:
+        raise click.UsageError("schedule remove needs a SCHEDULE_ID (see dream schedule list)")
+    await request("schedule.remove", {"schedule_id": schedule_id})
+    click.echo(f"removed {schedule_id}")
+
+
+@click.command()
+@store_option
+def stats(store_dir: str | None) -> None:
+    """Counts by status, kind and type, and the last consolidation runs."""
+    from dreamstream.streams.core import consolidation as runner
+
+    store = open_configured_store(store_dir)
+    try:
+        click.echo(json.dumps(runner.stats(store, store_dir or settings.store_dir), indent=2, sort_keys=True))
+    finally:
+        store.close()
+
+
+@click.command()
+@click.argument("memory_id")
+@store_option
+def provenance(memory_id: str, store_dir: str | None) -> None:
+    """What a memory merged, superseded or was synthesized from, with each decision's evidence."""
+    from dreamstream.streams.core import consolidation as runner
+
+    store = open_configured_store(store_dir)
+    try:
+        out = runner.provenance(store, memory_id)
+    except KeyError as exc:
+        raise click.ClickException(str(exc.args[0])) from exc
+    finally:
+        store.close()
+    click.echo(json.dumps(out, indent=2, sort_keys=True, default=str))

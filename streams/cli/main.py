@@ -1,0 +1,161 @@
+"""The `dream` command: dreamstream's offline commands, and `dream worker` for the stream processor.
+
+A plain click group: nothing here builds the Faust app, and each command body imports the services it
+uses, so `dream --help` loads none of them and starts fast. Every read command needs a user; every
+command that touches the store takes `--store DIR` for the embedded store (or uses QDRANT_URL when set).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from importlib.metadata import version
+from pathlib import Path
+
+import click
+import orjson
+
+from dreamstream.schemas.errors import DreamError
+from dreamstream.streams.cli.common import (
+    mode_options,
+    open_configured_store,
+    print_rows,
+    settings,
+    store_option,
+)
+from dreamstream.streams.cli.consolidate import consolidate, provenance, schedule, stats
+from dreamstream.streams.cli.control import control
+from dreamstream.streams.cli.synthesis import state_for, synthesis, synthesize
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(version("dreamstream"), prog_name="dreamstream")
+def dream() -> None:
+    """dreamstream: keeps every user's long-term AI memory coherent (merge, supersede, synthesize)."""
+
+
+def main() -> None:
+    """The `dream` entry point: dreamstream's own errors as one line, a closed pipe (`| head`) quietly."""
+    try:
+        dream(prog_name="dream")
+    except DreamError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(1)
+    except BrokenPipeError:
+        # Python's documented way out: point stdout at devnull so the interpreter's final flush is silent.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
+
+
+@dream.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def worker(args: tuple[str, ...]) -> None:
+    """Run the stream processor (Faust's worker; its options pass through, e.g. `-l info`)."""
+    from dreamstream.streams.worker.main import run  # the Faust app is built only for this command
+
+    run(list(args))
+
+
+@dream.command()
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@store_option
+@click.option("--dead-letters", "dead_path", default=None, type=click.Path(path_type=Path),
+           help="Where bad lines go (default: FILE.deadletter.jsonl).")
+@click.option("--batch-size", default=256, show_default=True, help="Events per batch.")
+@click.option("--synthesis", is_flag=True, default=False,
+           help="Synthesis on from the file's first event, run on its schedule in event time and once at the end.")
+def replay(file: Path, store_dir: str | None, dead_path: Path | None,
+                 batch_size: int, synthesis: bool) -> None:
+    """Push a JSONL file of events through the agents in process, no broker, into the store."""
+    from dreamstream.streams.core.judges import pattern_writer_from_settings
+    from dreamstream.streams.core.replay import ReplaySummary, replay_file, replay_with_synthesis
+
+    store = open_configured_store(store_dir)
+    summary: ReplaySummary
+    try:
+        if synthesis:
+            state = state_for(store_dir)
+            summary = replay_with_synthesis(file, store, state, batch_size=batch_size,
+                                                          dead_path=dead_path,
+                                                          write_text=pattern_writer_from_settings(settings))
+        else:
+            summary = replay_file(file, store, dead_path=dead_path, batch_size=batch_size)
+    finally:
+        store.close()
+    click.echo(summary.describe())
+
+
+@dream.command()
+@store_option
+@click.option("--out", "out", default=None, type=click.Path(path_type=Path),
+                                  help="Output file (default: stdout).")
+@click.option("--user", "user", default=None, help="Only this user's memories.")
+def export(store_dir: str | None, out: Path | None, user: str | None) -> None:
+    """Every memory as JSON lines, in the final-state format of the benchmark (FORMAT.md)."""
+    from dreamstream.streams.core.replay import export_rows
+
+    store = open_configured_store(store_dir)
+    rows = export_rows(store, user)
+    data = b"".join(orjson.dumps(r) + b"\n" for r in rows)
+    if out is None:
+        sys.stdout.buffer.write(data)
+    else:
+        out.write_bytes(data)
+        click.echo(f"exported {len(rows)} memories to {out}", err=True)
+    store.close()
+
+
+@dream.command()
+@store_option
+@mode_options
+def get(store_dir: str | None, user: str, latest_only: bool, include_merged: bool,
+              as_json: bool) -> None:
+    """A user's memories: active + history + patterns; --latest-only or --include-merged."""
+    from dreamstream.streams.core import reads
+
+    store = open_configured_store(store_dir)
+    print_rows(reads.get(store, user, reads.mode_from_flags(latest_only, include_merged)), as_json)
+    store.close()
+
+
+@dream.command()
+@click.argument("text")
+@store_option
+@mode_options
+@click.option("--limit", default=10, show_default=True, help="How many results.")
+def search(text: str, store_dir: str | None, user: str, latest_only: bool,
+                 include_merged: bool, as_json: bool, limit: int) -> None:
+    """Nearest memories of one user to TEXT, in the same read modes as `get`."""
+    from dreamstream.streams.core import reads
+    from dreamstream.streams.core.consolidation import record_access
+    from dreamstream.streams.core.embedding import shared_embedder
+
+    store = open_configured_store(store_dir)
+    mode = reads.mode_from_flags(latest_only, include_merged)
+    rows = reads.search(store, shared_embedder(), user, text, mode, limit)
+    print_rows(rows, as_json)
+    if rows:  # a search is a recall: it feeds decay and co-access (dream consolidate --light)
+        record_access(store, [r["memory_id"] for r in rows])
+    store.close()
+
+
+@dream.command()
+@click.argument("decision_id")
+@store_option
+def undo(decision_id: str, store_dir: str | None) -> None:
+    """Revert one decision: both memories get their earlier status and links back."""
+    from dreamstream.streams.core.undo import undo_decision
+
+    store = open_configured_store(store_dir)
+    try:
+        events = undo_decision(store, decision_id)
+    except (KeyError, ValueError) as exc:
+        store.close()
+        raise click.ClickException(str(exc.args[0])) from exc
+    for ev in events:
+        click.echo(f"{ev['memory_id']}: {ev['from_status']} -> {ev['to_status']} (undo of {decision_id})")
+    store.close()
+
+
+for command in (consolidate, schedule, stats, provenance, control, synthesis, synthesize):
+    dream.add_command(command)

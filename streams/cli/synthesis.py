@@ -1,0 +1,79 @@
+"""Synthesis commands of `dream`: `synthesis enable|disable|status` and `synthesize` (offline, on a store).
+
+Command bodies import the services they use (see cli/main.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from dreamstream.streams.cli.common import open_configured_store, settings, store_option
+
+
+def state_for(store_dir: str | None) -> Any:
+    """The offline synthesis state of a store (the worker keeps its own in Kafka tables)."""
+    from dreamstream.streams.core import synthesis as runner
+
+    directory = store_dir or settings.store_dir
+    return runner.SynthesisState.load(runner.state_path(directory, server=bool(settings.qdrant_url)))
+
+
+@click.command()
+@click.argument("action", type=click.Choice(["enable", "disable", "status"]))
+@click.option("--project", "project", default=None, help="Project id (default: memories without a project).")
+@click.option("--boundary", "boundary", default=None,
+           help="ISO time; only memories created after it are evidence (default: now).")
+@store_option
+def synthesis(action: str, project: str | None, boundary: str | None,
+                    store_dir: str | None) -> None:
+    """Turn synthesis on or off for a project (off by default), or show the settings."""
+    from dreamstream.streams.core import synthesis as runner
+
+    state = state_for(store_dir)
+    key = project or runner.DEFAULT_PROJECT
+    if action == "enable":
+        s = runner.enable(state, project, boundary)
+        click.echo(f"synthesis enabled for {key}: evidence after {s['boundary']}")
+    elif action == "disable":
+        runner.disable(state, project)
+        click.echo(f"synthesis disabled for {key}")
+    else:
+        if not state.projects:
+            click.echo("synthesis is off for every project")
+        for name, s in sorted(state.projects.items()):
+            click.echo(f"{name}: {'enabled' if s.get('enabled') else 'disabled'}, boundary {s.get('boundary')}")
+        click.echo(f"{len(state.users)} users synthesised; state in {state.path}")
+
+
+@click.command()
+@store_option
+@click.option("--user", "user", default=None, help="Only this user.")
+@click.option("--all", "all_users", is_flag=True, default=False, help="Every user.")
+@click.option("--now", "now", is_flag=True, default=False, help="Run at once, ignoring the weekly cadence.")
+def synthesize(store_dir: str | None, user: str | None, all_users: bool,
+                     now: bool) -> None:
+    """Synthesise patterns for one user or all users (gates: enabled project, 20+ memories, cadence)."""
+    if bool(user) == all_users:
+        raise click.UsageError("give exactly one of --user U or --all")
+    from dreamstream.streams.core import synthesis as runner
+    from dreamstream.streams.core.embedding import shared_embedder
+    from dreamstream.streams.core.ingest import Processor
+    from dreamstream.streams.core.judges import pattern_writer_from_settings
+    from dreamstream.streams.core.replay import feed
+
+    store, state = open_configured_store(store_dir), state_for(store_dir)
+    embed = shared_embedder()
+    try:
+        records = runner.run_due(store, embed, runner._now(), state, force=now,
+                                 users=[user] if user else None,
+                                 write_text=pattern_writer_from_settings(settings))
+        if user and not records:
+            records = [runner.RunRecord(user_id=user, reason="no memories")]
+        feed(Processor(store, embed), records)
+        store.flush()
+        for r in records:
+            click.echo(r.describe())
+    finally:
+        store.close()

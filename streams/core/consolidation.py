@@ -1,0 +1,500 @@
+"""Consolidation against a store: fetch a scope, apply a plan, light and full runs, stats, provenance.
+
+The decisions come from dreamstream.agents.consolidation (pure); this module reads and writes the
+store and produces the `memory.status` events of every change. The CLI (`dream consolidate`), the
+control topic (`consolidate.*`) and the worker's schedules all call these functions.
+
+Nothing is destroyed unless asked: merged originals become `merged`, a conflict's loser
+`superseded`, a pruned memory `expired`; a pass is one decision (one id on every memory it touched,
+its before-state recorded), so `dream undo` reverts it whole. Only `--hard-delete` deletes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dreamstream.agents import consolidation as cons
+from dreamstream.schemas.events import now_iso, status_event
+from dreamstream.schemas.memory import EMBEDDING_DIM, LINK_FIELDS, Memory
+from dreamstream.streams.core.ingest import BatchResult, Processor, embed_with_features
+from dreamstream.streams.core.judges import featurizer
+from dreamstream.streams.settings import load
+from dreamstream.streams.store import MemoryStore
+
+Embed = Callable[[Sequence[str]], np.ndarray]
+Progress = Callable[[int], None]
+
+PLANS_DIR = "consolidation-plans"
+
+
+def load_retention(path: str | Path | None) -> tuple[cons.Retention, str | None]:
+    """The policies of a JSON file laid over the defaults, and a warning when it could not be used.
+
+    A missing or broken file must not stop a clean-up run: it falls back to the defaults, loudly.
+    """
+    if path is None:
+        return dict(cons.DEFAULT_RETENTION), None
+    p = Path(path)
+    try:
+        loaded = cons.parse_retention(json.loads(p.read_text(encoding="utf-8")))
+    except FileNotFoundError:
+        return dict(cons.DEFAULT_RETENTION), f"retention file {p} not found; using the defaults"
+    except (OSError, ValueError) as exc:  # JSONDecodeError is a ValueError
+        return dict(cons.DEFAULT_RETENTION), f"retention file {p} is unusable ({exc}); using the defaults"
+    return {**cons.DEFAULT_RETENTION, **loaded}, None
+
+
+def project_of(user_id: str, app_id: str | None) -> str:
+    """The name a report gives its scope: the app (a project's memories) or, without one, the user."""
+    return app_id or user_id
+
+
+def scope_where(user_id: str, app_id: str | None) -> dict[str, Any]:
+    where: dict[str, Any] = {"user_id": user_id}
+    if app_id:
+        where["app_id"] = app_id
+    return where
+
+
+def fetch_scope(store: MemoryStore, user_id: str, app_id: str | None,
+                progress: Progress | None = None) -> list[Memory]:
+    """Every memory of the scope with its vector (the store pages the scroll; `progress` counts rows)."""
+    out: list[Memory] = []
+    for memory in store.scroll(scope_where(user_id, app_id), with_vectors=True):
+        out.append(memory)
+        if progress is not None:
+            progress(1)
+    return out
+
+
+def make_plan(store: MemoryStore, user_id: str, app_id: str | None, retention: Mapping[str, int | None],
+              now: datetime | None = None, progress: Progress | None = None) -> tuple[cons.Plan, int]:
+    """The plan for one scope and how many memories the scope holds (0: nothing to consolidate)."""
+    memories = fetch_scope(store, user_id, app_id, progress)
+    live = [m for m in memories if m.status in ("active", "superseded")]
+    plan = cons.analyse(live, project=project_of(user_id, app_id), user_id=user_id, app_id=app_id,
+                        judge=cons.offline_judge(featurizer()),
+                        now=now or cons.now_utc(), retention=retention)
+    return plan, len(live)
+
+
+# --- applying a plan ------------------------------------------------------------------------------
+
+
+def _snapshot(m: Memory) -> dict[str, Any]:
+    return {k: (list(v) if isinstance(v := getattr(m, k), list) else v) for k in LINK_FIELDS}
+
+
+def apply_plan(
+    store: MemoryStore,
+    embed: Embed,
+    plan: cons.Plan,
+    choices: Mapping[int, str | None] | None = None,
+    *,
+    hard_delete: bool = False,
+    reminder: bool = False,
+) -> tuple[cons.Outcome, list[dict[str, Any]]]:
+    """Merges, then resolved conflicts, then prunes; returns what was done and its status events.
+
+    `choices` maps a conflict's index to "A", "B" or None (skip); a missing index skips. With
+    `reminder`, skipped conflicts leave a task_learning memory saying how to review them.
+    """
+    choices = choices or {}
+    stamp = now_iso()
+    did = "cons-" + hashlib.sha256(f"{plan.plan_id}|{stamp}".encode()).hexdigest()[:16]
+    outcome = cons.Outcome(hard_delete=hard_delete, decision_id=did)
+    evidence: dict[str, Any] = {"plan_id": plan.plan_id, "pass": did, "judge": "consolidate"}
+    events: list[dict[str, Any]] = []
+    touched: dict[str, Memory] = {}
+    before: dict[str, dict[str, Any]] = {}
+    created: list[Memory] = []
+
+    def touch(m: Memory) -> Memory:
+        if m.memory_id not in touched:
+            before[m.memory_id] = _snapshot(m)
+            touched[m.memory_id] = m
+        return touched[m.memory_id]
+
+    def event(m: Memory, from_status: str | None, to_status: str, linked: str | None, action: str,
+              extra: dict[str, Any] | None = None) -> None:
+        events.append(status_event(did, m.memory_id, m.user_id, from_status, to_status, linked, action,
+                                   {**evidence, **(extra or {})}))
+
+    new_texts = [p.merged_text for p in plan.merges]
+    vectors, features = embed_with_features(embed, new_texts)
+    for proposal, vector, feature in zip(plan.merges, vectors, features, strict=True):
+        a, b = touch(proposal.a), touch(proposal.b)
+        new_id = "cons-" + hashlib.sha256(f"{a.memory_id}+{b.memory_id}".encode()).hexdigest()[:16]
+        canonical = Memory(
+            memory_id=new_id, user_id=a.user_id, text=proposal.merged_text, created_at=stamp, updated_at=stamp,
+            app_id=a.app_id if a.app_id == b.app_id else plan.app_id, agent_id=None, run_id=None,
+            project_id=a.project_id if a.project_id == b.project_id else None,
+            merged_from=[a.memory_id, b.memory_id],
+            metadata={"type": a.memory_type, "confidence": max(a.confidence, b.confidence), "source": cons.SOURCE},
+            vector=np.asarray(vector, dtype=np.float32), features=feature, decision_ids=[did],
+        )
+        created.append(canonical)
+        for m in (a, b):
+            event(m, m.status, "merged", new_id, "consolidate_merge", {"score": round(proposal.score, 4)})
+            m.status, m.merged_into = "merged", new_id
+        event(canonical, None, "active", None, "consolidate_new", {"merged_from": canonical.merged_from})
+        outcome.merged_pairs += 1
+        outcome.new_memories += 1
+    for i, conflict in enumerate(plan.conflicts):
+        choice = choices.get(i)
+        if choice not in ("A", "B"):
+            outcome.skipped += 1
+            continue
+        winner, loser = (conflict.a, conflict.b) if choice == "A" else (conflict.b, conflict.a)
+        winner, loser = touch(winner), touch(loser)
+        event(loser, loser.status, "superseded", winner.memory_id, "consolidate_resolve", {"chosen": choice})
+        loser.status, loser.superseded_by = "superseded", winner.memory_id
+        winner.supersedes = [*winner.supersedes, loser.memory_id]
+        outcome.resolved += 1
+    deleted: list[str] = []
+    for prune in plan.prunes:
+        m = touch(prune.memory)
+        extra = {"policy": prune.policy, "age_days": prune.age_days}
+        if hard_delete:
+            event(m, m.status, "deleted", None, "consolidate_delete", extra)
+            deleted.append(m.memory_id)
+        else:
+            event(m, m.status, "expired", None, "consolidate_prune", extra)
+            m.status = "expired"
+        outcome.pruned += 1
+    if reminder and outcome.skipped:
+        created.append(_reminder(store, embed, plan, outcome.skipped, stamp, did))
+        outcome.reminder_id = created[-1].memory_id
+        event(created[-1], None, "active", None, "consolidate_new", {"reminder": True})
+    if not events:
+        return outcome, []
+    record = {
+        "decision_id": did, "action": "consolidate", "new_id": None, "at": stamp, "evidence": evidence,
+        "targets": [mid for mid in touched if mid not in deleted], "created": [m.memory_id for m in created],
+        "deleted": deleted, "before": {k: v for k, v in before.items() if k not in deleted},
+    }
+    owner = created[0] if created else next((m for mid, m in touched.items() if mid not in deleted), None)
+    for m in created:
+        if m is owner:
+            m.decisions = [*m.decisions, record]
+    store.upsert(created)
+    for mid, m in touched.items():
+        if mid in deleted:
+            continue
+        fields: dict[str, Any] = {k: getattr(m, k) for k in LINK_FIELDS}
+        fields["decision_ids"] = [*m.decision_ids, did]
+        fields["updated_at"] = stamp
+        if m is owner:
+            fields["decisions"] = [*m.decisions, record]
+        store.update(mid, fields)
+    if deleted:
+        store.delete(deleted)
+    store.flush()
+    return outcome, events
+
+
+def _reminder(store: MemoryStore, embed: Embed, plan: cons.Plan, skipped: int, stamp: str, did: str) -> Memory:
+    text = cons.reminder_text(skipped, plan.user_id, plan.app_id)
+    mid = "dream-reminder-" + hashlib.sha256(f"{plan.user_id}|{plan.app_id}|{did}".encode()).hexdigest()[:12]
+    return Memory(
+        memory_id=mid, user_id=plan.user_id, text=text, created_at=stamp, updated_at=stamp, app_id=plan.app_id,
+        metadata={"type": "task_learning", "confidence": 1.0, "source": cons.SOURCE, "reminder": True,
+                  "conflicts": skipped},
+        vector=np.asarray(embed([text])[0], dtype=np.float32), decision_ids=[did],
+    )
+
+
+# --- plans kept for approval (control topic) ------------------------------------------------------
+
+
+def save_plan(data_dir: str, plan: cons.Plan) -> Path:
+    folder = Path(data_dir) / PLANS_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{plan.plan_id}.json"
+    path.write_text(json.dumps(plan.to_dict(), ensure_ascii=False), encoding="utf-8")
+    return path
+
+
+def plan_from_dict(store: MemoryStore, data: Mapping[str, Any]) -> cons.Plan:
+    """Rebuilds a saved plan from the store's current memories; a memory changed since is left out."""
+    ids = [x["a"] for x in data["merges"]] + [x["b"] for x in data["merges"]]
+    ids += [x["a"] for x in data["conflicts"]] + [x["b"] for x in data["conflicts"]]
+    ids += [x["memory"] for x in data["prunes"]]
+    got = store.retrieve(ids, with_vectors=True)
+
+    def live(*mids: str) -> bool:
+        return all(mid in got and got[mid].status in ("active", "superseded") for mid in mids)
+
+    plan = cons.Plan(project=data["project"], user_id=data["user"], app_id=data.get("app"))
+    plan.merges = [cons.MergeProposal(got[x["a"]], got[x["b"]], x["merged_text"], x["score"])
+                   for x in data["merges"] if live(x["a"], x["b"])]
+    plan.conflicts = [cons.Conflict(got[x["a"]], got[x["b"]], x["likely"], x["score"])
+                      for x in data["conflicts"] if live(x["a"], x["b"])]
+    plan.prunes = [cons.Prune(got[x["memory"]], x["age_days"], x["policy"])
+                   for x in data["prunes"] if live(x["memory"])]
+    return plan
+
+
+def control(proc: Any, command: str, args: Mapping[str, Any], retention: Mapping[str, int | None] | None,
+            data_dir: str | None = None,
+            observe: Callable[[str, str, float], None] | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The control topic's consolidate.run / approve / reject (runs on the worker's store thread).
+
+    run with mode dry_run saves the plan and replies with it (approve applies it by id, conflicts at
+    their likely winner); mode auto applies merges and prunes at once, as `dream consolidate --auto`.
+    `observe(kind, status, seconds)` is told how each run went (the worker's metrics)."""
+    started = time.monotonic()
+    kind = "approve" if command == "consolidate.approve" else str(args.get("mode", "dry_run"))
+    try:
+        out = _control(proc, command, args, retention, data_dir or load().data_dir)
+    except Exception:
+        if observe:
+            observe(kind, "error", time.monotonic() - started)
+        raise
+    if observe and command != "consolidate.reject":
+        observe(kind, "ok", time.monotonic() - started)
+    return out
+
+
+def _control(proc: Any, command: str, args: Mapping[str, Any], retention: Mapping[str, int | None] | None,
+             data_dir: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    policies = {**cons.DEFAULT_RETENTION, **(retention or {})}
+    if command == "consolidate.run":
+        user, app = str(args["user"]), args.get("app")
+        plan, found = make_plan(proc.store, user, app, policies)
+        if not found:
+            return {"project": plan.project, "found": 0, "message": cons.no_memories(plan.project)}, []
+        if args.get("mode", "dry_run") == "auto":
+            outcome, events = apply_plan(proc.store, proc.embed, plan, reminder=True)
+            return {"mode": "auto", "line": cons.auto_line(plan.project, outcome), **outcome.to_dict()}, events
+        save_plan(data_dir, plan)
+        return {"mode": "dry_run", "report": cons.report_without_prompt(plan), **plan.to_dict()}, []
+    path = Path(data_dir) / PLANS_DIR / f"{args['plan_id']}.json"
+    if not path.exists():
+        raise KeyError(f"no pending plan {args['plan_id']}")
+    if command == "consolidate.reject":
+        path.unlink()
+        return {"plan_id": args["plan_id"], "rejected": True}, []
+    data = json.loads(path.read_text(encoding="utf-8"))
+    plan = plan_from_dict(proc.store, data)
+    choices = {i: c.likely for i, c in enumerate(plan.conflicts)}
+    outcome, events = apply_plan(proc.store, proc.embed, plan, choices)
+    path.unlink()
+    return {"plan_id": args["plan_id"], "approved": True, "summary": cons.render_summary(outcome),
+            **outcome.to_dict()}, events
+
+
+# --- access, light and full consolidation ---------------------------------------------------------
+
+
+def record_access(store: MemoryStore, memory_ids: Sequence[str], at: str | None = None) -> int:
+    """Notes one read of these memories (read together): last access and count now, the rest pending
+    until light consolidation folds it into stability and co-access weights."""
+    at = at or now_iso()
+    got = store.retrieve(list(dict.fromkeys(memory_ids)))
+    for mid, m in got.items():
+        access = dict(m.access)
+        others = [x for x in got if x != mid]
+        access["count"] = int(access.get("count", 0)) + 1
+        access["last"] = max(str(access.get("last") or ""), at)
+        pending = list(access.get("pending") or [])
+        pending.append({"at": at, "with": others})
+        access["pending"] = pending[-500:]  # a bound, in case light consolidation never runs
+        store.update(mid, {"access": access})
+    return len(got)
+
+
+def _summary(kind: str, started: float, processed: int, changed: Mapping[str, int], dry_run: bool,
+             **extra: Any) -> dict[str, Any]:
+    return {"status": "ok", "type": kind, "dry_run": dry_run, "duration_seconds": round(time.monotonic() - started, 3),
+            "processed": processed, "changed": dict(changed), **extra}
+
+
+def light(store: MemoryStore, user_id: str | None = None, dry_run: bool = False) -> dict[str, Any]:
+    """Stability from the pending accesses, co-access strengthening, fan-out normalisation, weak links dropped."""
+    started = time.monotonic()
+    where = {"user_id": user_id} if user_id else None
+    by_user: dict[str, list[Memory]] = {}
+    for m in store.scroll(where):
+        by_user.setdefault(m.user_id, []).append(m)
+    changed: Counter[str] = Counter()
+    processed = 0
+    for memories in by_user.values():
+        processed += len(memories)
+        groups: set[tuple[str, tuple[str, ...]]] = set()  # one read: its time and the memories read together
+        old_links: cons.Links = {m.memory_id: dict(m.links) for m in memories if m.links}
+        updates: dict[str, dict[str, Any]] = {}
+        for m in memories:
+            pending = m.access.get("pending") or []
+            if not pending:
+                continue
+            stability = float(m.access.get("stability") or cons.INITIAL_STABILITY)
+            times = [p["at"] for p in pending]
+            stability, _ = cons.replay_accesses(stability, m.access.get("folded_last"), times)
+            updates[m.memory_id] = {"access": {**m.access, "stability": round(stability, 4), "pending": [],
+                                               "folded_last": max(times)}}
+            changed["stability"] += 1
+            for p in pending:
+                groups.add((p["at"], tuple(sorted({m.memory_id, *p.get("with", [])}))))
+        known = {m.memory_id for m in memories}
+        new_links = cons.normalise_fanout(cons.strengthen(
+            old_links, [[x for x in ids if x in known] for _at, ids in sorted(groups)]))
+        for m in memories:
+            before, after = old_links.get(m.memory_id, {}), new_links.get(m.memory_id, {})
+            if before != after:
+                changed["links_dropped"] += len(set(before) - set(after))
+                changed["links_strengthened"] += sum(1 for k, w in after.items() if w > before.get(k, 0.0))
+                updates.setdefault(m.memory_id, {})["links"] = after
+        if not dry_run:
+            for mid, fields in updates.items():
+                store.update(mid, fields)
+    if not dry_run:
+        store.flush()
+    return _summary("light", started, processed, changed, dry_run)
+
+
+def full(store: MemoryStore, user_id: str | None = None, dry_run: bool = False,
+         sample_above: int = cons.SAMPLE_ABOVE) -> dict[str, Any]:
+    """Light, then HDBSCAN clusters per user, duplicates merged within a cluster by the decisions
+    engine, and the payload indexes rebuilt."""
+    started = time.monotonic()
+    light_summary = light(store, user_id, dry_run)
+    where: dict[str, Any] = {"status": "active", "kind": "fact"}
+    if user_id:
+        where["user_id"] = user_id
+    by_user: dict[str, list[Memory]] = {}
+    for m in store.scroll(where, with_vectors=True):
+        by_user.setdefault(m.user_id, []).append(m)
+    changed: Counter[str] = Counter()
+    events: list[dict[str, Any]] = []
+    processed = 0
+    clusters = 0
+    applier = Processor(store, lambda texts: np.zeros((len(texts), EMBEDDING_DIM), dtype=np.float32))
+    for memories in by_user.values():
+        processed += len(memories)
+        memories = [m for m in memories if m.vector is not None]
+        vectors = np.stack([np.asarray(m.vector) for m in memories]) if memories else np.zeros((0, EMBEDDING_DIM))
+        labels = cons.cluster(vectors, [m.memory_type for m in memories], sample_above=sample_above)
+        clusters += len(set(labels.tolist()) - {-1})
+        for m, label in zip(memories, labels.tolist(), strict=True):
+            value = None if label < 0 else int(label)
+            if m.cluster != value:
+                changed["cluster_assigned"] += 1
+                if not dry_run:
+                    store.update(m.memory_id, {"cluster": value})
+        members: dict[int, list[Memory]] = {}
+        for m, label in zip(memories, labels.tolist(), strict=True):
+            if label >= 0 and not m.pinned:
+                members.setdefault(int(label), []).append(m)
+        for group in members.values():
+            ordered = sorted(group, key=lambda m: (m.created_at, m.memory_id))
+            live: dict[str, Memory] = {}
+            for m in ordered:
+                decisions = [d for d in applier.decide(m, list(live.values()))  # the configured judge
+                             if d.action in ("merge_new", "merge_old")]
+                if decisions and not dry_run:
+                    result = BatchResult()
+                    for d in decisions:
+                        applier.apply_decision(d, m, dict(live), result)
+                    store.update(m.memory_id, {k: getattr(m, k) for k in (*LINK_FIELDS, "decision_ids", "decisions")})
+                    events += result.status_events
+                    for d in decisions:
+                        for t in d.targets if d.action == "merge_old" else ():
+                            live.pop(t, None)
+                changed["merged"] += len(decisions)
+                if m.status == "active":
+                    live[m.memory_id] = m
+    if not dry_run:
+        rebuild = getattr(store, "rebuild_indexes", None)
+        if rebuild is not None:
+            rebuild()
+        store.flush()
+    return _summary("full", started, processed, changed, dry_run, clusters=clusters, light=light_summary,
+                    status_events=len(events))
+
+
+# --- stats and provenance -------------------------------------------------------------------------
+
+
+def stats(store: MemoryStore, store_dir: str | None = None) -> dict[str, Any]:
+    by_status: Counter[str] = Counter()
+    by_kind: Counter[str] = Counter()
+    by_type: Counter[str] = Counter()
+    users: set[str] = set()
+    for m in store.scroll():
+        by_status[m.status] += 1
+        by_kind[m.kind] += 1
+        by_type[m.memory_type] += 1
+        users.add(m.user_id)
+    return {"memories": sum(by_status.values()), "users": len(users), "by_status": dict(by_status),
+            "by_kind": dict(by_kind), "by_type": dict(by_type), "last_runs": last_runs(store_dir)}
+
+
+def runs_file(store_dir: str) -> Path:
+    """Beside the store's folder, never inside it: that folder is Qdrant's shard."""
+    p = Path(store_dir)
+    return p.parent / f"{p.name}.consolidation-runs.json"
+
+
+def note_run(store_dir: str | None, summary: Mapping[str, Any]) -> None:
+    """Keeps the last run of each type (light, full, pass) beside the store for `dream stats`."""
+    if not store_dir:
+        return
+    path = runs_file(store_dir)
+    runs = last_runs(store_dir)
+    runs[str(summary.get("type", "pass"))] = {**summary, "at": now_iso()}
+    os.makedirs(path.parent, exist_ok=True)
+    path.write_text(json.dumps(runs, ensure_ascii=False, default=str), encoding="utf-8")
+
+
+def last_runs(store_dir: str | None) -> dict[str, Any]:
+    if not store_dir:
+        return {}
+    try:
+        loaded = json.loads(runs_file(store_dir).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return loaded if isinstance(loaded, dict) else {}
+
+
+def provenance(store: MemoryStore, memory_id: str) -> dict[str, Any]:
+    """What a memory merged, superseded or was synthesized from, and every decision that touched it."""
+    got = store.retrieve([memory_id])
+    if memory_id not in got:
+        raise KeyError(f"no memory {memory_id}")
+    m = got[memory_id]
+    linked_ids = [*m.merged_from, *m.supersedes, *m.sources]
+    linked_ids += [x for x in (m.merged_into, m.superseded_by) if x]
+    linked = store.retrieve(linked_ids)
+    holders = list(store.scroll({"decision_ids": m.decision_ids})) if m.decision_ids else []
+    decisions = {}
+    for h in [m, *holders]:
+        for rec in h.decisions:
+            if rec.get("decision_id") in m.decision_ids:
+                decisions[rec["decision_id"]] = {k: v for k, v in rec.items() if k != "before"}
+
+    def brief(mid: str) -> dict[str, Any]:
+        x = linked.get(mid)
+        return {"memory_id": mid, "text": x.text if x else None, "status": x.status if x else "deleted"}
+
+    return {
+        "memory": m.export_row(),
+        "merged_from": [brief(x) for x in m.merged_from],
+        "supersedes": [brief(x) for x in m.supersedes],
+        "sources": [brief(x) for x in m.sources],
+        "merged_into": brief(m.merged_into) if m.merged_into else None,
+        "superseded_by": brief(m.superseded_by) if m.superseded_by else None,
+        "conflicts": m.conflicts,
+        "decisions": [decisions[d] for d in m.decision_ids if d in decisions],
+    }
+

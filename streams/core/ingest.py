@@ -1,0 +1,355 @@
+"""The ingest pipeline: validate, deduplicate, embed, decide, apply — one batch at a time.
+
+The same `Processor` serves the Faust agent, `dream replay` and the tests, so a file replayed in
+process and the same events streamed through Kafka end in the same store. Decisions come from
+the pure agents (dreamstream.agents.*); this module only reads and writes the store.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+
+from dreamstream.agents import merge_supersede
+from dreamstream.agents.decisions import Decision
+from dreamstream.schemas.events import InvalidEvent, dead_letter, now_iso, parse_memory_event, status_event
+from dreamstream.schemas.memory import EMBEDDING_DIM, LINK_FIELDS, Memory, MemoryAdded, parse_time
+from dreamstream.streams import settings
+from dreamstream.streams.core import judges
+from dreamstream.streams.core.undo import undo_decision
+from dreamstream.streams.store import MemoryStore, text_key
+
+log = logging.getLogger("dreamstream.pipeline")
+
+Decide = Callable[[Memory, Sequence[Memory]], list[Decision]]
+Embed = Callable[[Sequence[str]], np.ndarray]
+Features = dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """One raw record and where it came from (for the dead-letter record)."""
+
+    raw: bytes | str | dict[str, Any]
+    topic: str | None = None
+    partition: int | None = None
+    offset: int | None = None
+
+
+@dataclass
+class BatchResult:
+    status_events: list[dict[str, Any]] = field(default_factory=list)
+    dead_letters: list[dict[str, Any]] = field(default_factory=list)
+    outcomes: Counter[str] = field(default_factory=Counter)
+    decisions: Counter[str] = field(default_factory=Counter)
+    stored: list[Memory] = field(default_factory=list)
+    embed_seconds: float = 0.0
+    embedded: int = 0
+    lags: list[float] = field(default_factory=list)
+
+    def extend(self, other: BatchResult) -> None:
+        self.status_events += other.status_events
+        self.dead_letters += other.dead_letters
+        self.outcomes.update(other.outcomes)
+        self.decisions.update(other.decisions)
+        self.stored += other.stored
+        self.embed_seconds += other.embed_seconds
+        self.embedded += other.embedded
+        self.lags += other.lags
+
+
+def default_decide() -> tuple[Decide, int]:
+    """The judge the settings choose (DREAM_JUDGE; offline unless configured) and its candidate count."""
+    judge = judges.judge_from_settings(settings.load())
+
+    def decide(new: Memory, candidates: Sequence[Memory]) -> list[Decision]:
+        return merge_supersede.decide_with(judge, new, candidates)
+
+    return decide, int(merge_supersede.CANDIDATE_K)
+
+
+def embed_with_features(embed: Embed, texts: Sequence[str]) -> tuple[np.ndarray, list[Features]]:
+    """Vectors and the judge's word features (payload form) from one model pass where the embedder
+    gives both; an embedder without them (a stand-in) gives vectors and no features."""
+    if not texts:
+        return np.zeros((0, EMBEDDING_DIM), np.float32), []
+    full = getattr(embed, "encode_with_features", None)
+    if full is None:
+        return np.asarray(embed(texts), np.float32), [None] * len(texts)
+    vecs, feats = full(texts)
+    return np.asarray(vecs, np.float32), [f.to_payload() for f in feats]
+
+
+def _lag_seconds(created_at: str) -> float | None:
+    try:
+        return time.time() - parse_time(created_at).timestamp()
+    except ValueError:
+        return None
+
+
+class Processor:
+    """Applies memory events to a store; stateless apart from the store itself."""
+
+    def __init__(
+        self,
+        store: MemoryStore,
+        embed: Embed,
+        decide: Decide | None = None,
+        candidate_k: int | None = None,
+    ) -> None:
+        self.store = store
+        self.embed = embed
+        if decide is None:
+            decide, k = default_decide()
+            candidate_k = candidate_k or k
+        self.decide = decide
+        self.candidate_k = candidate_k or 32
+
+    # -- ingest -----------------------------------------------------------------------------
+
+    def process(self, items: Sequence[Incoming]) -> BatchResult:
+        """Process one batch in order; bad records become dead letters, never exceptions."""
+        result = BatchResult()
+        parsed: list[tuple[Incoming, MemoryAdded]] = []
+        for item in items:
+            try:
+                parsed.append((item, parse_memory_event(item.raw)))
+            except InvalidEvent as exc:
+                self._dead(result, item, exc.reason, exc.message)
+        fresh = self._screen(parsed, result)
+        if not fresh:
+            return result
+        vectors = self._vectors([event for _, event in fresh], result)
+        for (item, event), (vector, features) in zip(fresh, vectors, strict=True):
+            try:
+                self._apply_event(event, vector, result, features)
+            except Exception as exc:  # one event's failure must not stop the partition
+                log.exception("event %s failed", event.event_id)
+                self._dead(result, item, "processing_error", f"{type(exc).__name__}: {exc}")
+        return result
+
+    def _dead(self, result: BatchResult, item: Incoming, reason: str, message: str) -> None:
+        result.dead_letters.append(dead_letter(item.raw, reason, message, item.topic, item.partition, item.offset))
+        result.outcomes[f"dead_letter:{reason}"] += 1
+
+    def _screen(
+        self, parsed: list[tuple[Incoming, MemoryAdded]], result: BatchResult
+    ) -> list[tuple[Incoming, MemoryAdded]]:
+        """Idempotency: a redelivered event changes nothing; a reused event_id is dead-lettered."""
+        if not parsed:
+            return []
+        existing = self.store.retrieve(list(dict.fromkeys(e.memory_id for _, e in parsed)))
+        by_event: dict[str, Memory] = {}
+        event_ids = list(dict.fromkeys(e.event_id for _, e in parsed))
+        for memory in self.store.scroll({"event_id": event_ids}):
+            if memory.event_id:
+                by_event[memory.event_id] = memory
+        seen_events: dict[str, MemoryAdded] = {}
+        seen_memories: dict[str, str] = {}  # memory_id -> text, within this batch
+        fresh: list[tuple[Incoming, MemoryAdded]] = []
+        for item, event in parsed:
+            earlier = by_event.get(event.event_id)
+            prior = seen_events.get(event.event_id)
+            if earlier is not None or prior is not None:
+                same = (earlier.memory_id == event.memory_id and earlier.text == event.text) if earlier \
+                    else (prior is not None and prior.memory_id == event.memory_id and prior.text == event.text)
+                if same and event.kind != "pattern":
+                    result.outcomes["redelivered"] += 1
+                    continue
+                if not same:
+                    self._dead(result, item, "duplicate_event_id",
+                               f"event_id {event.event_id} was already used for other content")
+                    continue
+            stored = existing.get(event.memory_id)
+            if event.kind == "pattern":
+                fresh.append((item, event))  # a pattern may be rewritten with more evidence
+            elif stored is not None or event.memory_id in seen_memories:
+                known = stored.text if stored is not None else seen_memories[event.memory_id]
+                if known != event.text:
+                    self._dead(result, item, "memory_id_conflict",
+                               f"memory_id {event.memory_id} is already stored with other text")
+                else:
+                    result.outcomes["redelivered"] += 1
+                continue
+            else:
+                fresh.append((item, event))
+            seen_events[event.event_id] = event
+            seen_memories[event.memory_id] = event.text
+        return fresh
+
+    def _vectors(self, events: list[MemoryAdded], result: BatchResult) -> list[tuple[np.ndarray, Features]]:
+        """Each event's vector and the judge's word features (a producer-supplied embedding still
+        needs its text's features, where the embedder gives them)."""
+        featured = hasattr(self.embed, "encode_with_features")
+        texts = [e.text for e in events if e.embedding is None or featured]
+        start = time.perf_counter()
+        vecs, feats = embed_with_features(self.embed, texts)
+        result.embed_seconds += time.perf_counter() - start
+        result.embedded += len(texts)
+        computed = iter(zip(vecs, feats, strict=True))
+        out = []
+        for e in events:
+            vec, feat = next(computed) if e.embedding is None or featured else (None, None)
+            if e.embedding is not None:
+                vec = np.asarray(e.embedding, np.float32)
+            out.append((np.asarray(vec, np.float32), feat))
+        return out
+
+    def candidates(self, new: Memory) -> list[Memory]:
+        """Exact normalised-text matches first (vector recall can miss them), then neighbours."""
+        scope = {"user_id": new.user_id, "status": "active", "kind": "fact"}
+        exact = list(self.store.scroll({**scope, "text_key": text_key(new.user_id, new.text)}, with_vectors=True))
+        assert new.vector is not None
+        near = self.store.nearest(new.vector, scope, self.candidate_k, with_vectors=True)
+        seen = {m.memory_id for m in exact} | {new.memory_id}
+        out = [m for m in exact if m.memory_id != new.memory_id]
+        out += [m for m, _ in near if m.memory_id not in seen]
+        return out[: max(self.candidate_k, len(exact))]
+
+    def _apply_event(self, event: MemoryAdded, vector: np.ndarray, result: BatchResult,
+                     features: dict[str, Any] | None = None) -> None:
+        stamp = now_iso()
+        memory = Memory(
+            memory_id=event.memory_id, user_id=event.user_id, text=event.text,
+            created_at=event.created_at, updated_at=stamp, kind=event.kind,
+            app_id=event.app_id, agent_id=event.agent_id, run_id=event.run_id,
+            project_id=event.project_id, sources=list(event.sources),
+            metadata=dict(event.metadata), event_id=event.event_id, vector=vector, features=features,
+        )
+        if event.kind == "pattern":
+            self.store.upsert([memory])
+            result.outcomes["pattern_stored"] += 1
+            result.stored.append(memory)
+            return
+        candidates = self.candidates(memory)
+        decisions = self.decide(memory, candidates) if candidates else []
+        by_id = {c.memory_id: c for c in candidates}
+        self.store.upsert([memory])
+        for decision in decisions:
+            self.apply_decision(decision, memory, by_id, result)
+        if decisions:
+            self.store.update(memory.memory_id, {
+                k: getattr(memory, k) for k in (*LINK_FIELDS, "decision_ids", "decisions", "conflicts")
+            })
+        result.outcomes["stored"] += 1
+        result.stored.append(memory)
+        lag = _lag_seconds(event.created_at)
+        if lag is not None:
+            result.lags.append(lag)
+
+    # -- decisions --------------------------------------------------------------------------
+
+    def apply_decision(
+        self, decision: Decision, new: Memory, by_id: dict[str, Memory], result: BatchResult
+    ) -> None:
+        """Turns one decision into status and link changes on both sides, plus its status events.
+
+        `new` is mutated in place (the caller writes it); targets are written here.
+        """
+        targets = [by_id[t] for t in decision.targets if t in by_id]
+        evidence = decision.evidence()
+        did = decision.decision_id
+        record: dict[str, Any] = {
+            "decision_id": did, "action": decision.action, "new_id": new.memory_id,
+            "targets": [t.memory_id for t in targets], "evidence": evidence, "at": now_iso(),
+            "before": {m.memory_id: {k: getattr(m, k) for k in LINK_FIELDS} for m in [new, *targets]},
+        }
+        if decision.action in ("conflict", "review"):
+            # Nothing changes: the case is kept on the new memory for a person (consolidation pass).
+            item = {"decision_id": did, "with": record["targets"], "evidence": evidence}
+            if decision.action == "review":
+                item["review"] = decision.detail.get("proposal", "merge")
+            new.conflicts.append(item)
+            new.decisions.append(record)
+            new.decision_ids.append(did)
+            for t in targets:
+                self.store.update(t.memory_id, {"decision_ids": [*t.decision_ids, did]})
+                result.status_events.append(status_event(
+                    did, t.memory_id, t.user_id, t.status, t.status, new.memory_id, decision.action, evidence))
+            result.decisions[decision.action] += 1
+            return
+        if not targets:
+            return
+        if decision.action == "merge_new":
+            canonical = targets[0]
+            before = new.status
+            new.status, new.merged_into = "merged", canonical.memory_id
+            canonical.merged_from = [*canonical.merged_from, new.memory_id]
+            canonical.decision_ids = [*canonical.decision_ids, did]
+            self.store.update(canonical.memory_id, {
+                "merged_from": canonical.merged_from, "decision_ids": canonical.decision_ids})
+            result.status_events.append(status_event(
+                did, new.memory_id, new.user_id, before, "merged", canonical.memory_id, "merge_new", evidence))
+        elif decision.action in ("merge_old", "supersede"):
+            to_status = "merged" if decision.action == "merge_old" else "superseded"
+            link = "merged_into" if decision.action == "merge_old" else "superseded_by"
+            back = "merged_from" if decision.action == "merge_old" else "supersedes"
+            for t in targets:
+                before = t.status
+                t.status = to_status  # type: ignore[assignment]
+                setattr(t, link, new.memory_id)
+                t.decision_ids = [*t.decision_ids, did]
+                self.store.update(t.memory_id, {
+                    "status": t.status, link: new.memory_id, "decision_ids": t.decision_ids,
+                    "updated_at": now_iso()})
+                setattr(new, back, [*getattr(new, back), t.memory_id])
+                result.status_events.append(status_event(
+                    did, t.memory_id, t.user_id, before, to_status, new.memory_id, decision.action, evidence))
+                by_id.pop(t.memory_id, None)
+        else:
+            raise ValueError(f"unknown action {decision.action!r}")
+        new.decisions.append(record)
+        new.decision_ids.append(did)
+        result.decisions[decision.action] += 1
+
+    def undo(self, decision_id: str) -> list[dict[str, Any]]:
+        """Reverts one decision (core/undo.py); KeyError when unknown, ValueError when undone already."""
+        return undo_decision(self.store, decision_id)
+
+    def reprocess_user(self, user_id: str, backup_dir: str | None = None) -> BatchResult:
+        """Re-derives one user's statuses and links from scratch, in created_at order (after a judge changed).
+
+        The user's facts are taken out and fed back through `process` with their stored vectors, ids
+        and texts, exactly as a replay would; expired memories and patterns stay as they are. The
+        earlier decisions' records are replaced by the new ones (their status events say what changed).
+        The events are first written to `backup_dir` (a JSONL file `dream replay` can restore from if
+        the process dies between the delete and the re-add) and the file is removed once done.
+        """
+        facts = sorted(
+            (m for m in self.store.scroll({"user_id": user_id, "kind": "fact"}, with_vectors=True)
+             if m.status in ("active", "superseded", "merged")),
+            key=lambda m: (m.created_at, m.memory_id),
+        )
+        events = [{
+            "type": "memory.added", "event_id": m.event_id or f"reprocess-{m.memory_id}", "memory_id": m.memory_id,
+            "user_id": m.user_id, "app_id": m.app_id, "agent_id": m.agent_id, "run_id": m.run_id,
+            "project_id": m.project_id, "text": m.text, "created_at": m.created_at, "metadata": dict(m.metadata),
+            "embedding": None if m.vector is None else [float(x) for x in m.vector],
+        } for m in facts]
+        backup = None
+        if backup_dir is not None:
+            os.makedirs(backup_dir, exist_ok=True)
+            backup = os.path.join(backup_dir, f"reprocess-{user_id}-{int(time.time())}.jsonl")
+            with open(backup, "wb") as f:
+                f.write(b"".join(orjson.dumps(ev) + b"\n" for ev in events))
+        self.store.delete([m.memory_id for m in facts])
+        result = self.process([Incoming(raw=ev, topic="reprocess") for ev in events])
+        self.store.flush()
+        if backup is not None:
+            os.remove(backup)
+        return result
+
+
+def replay_lines(lines: Iterable[bytes], source: str = "replay") -> Iterable[Incoming]:
+    """File lines as Incoming records (line numbers stand in for offsets)."""
+    for number, line in enumerate(lines, start=1):
+        if line.strip():
+            yield Incoming(raw=line.rstrip(b"\r\n"), topic=source, partition=None, offset=number)

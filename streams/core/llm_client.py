@@ -1,0 +1,76 @@
+"""The one OpenAI-compatible chat call the optional LLM parts share (the judge, the pattern writer).
+
+`POST {base_url}/chat/completions` (Ollama, vLLM, OpenAI and most gateways speak it), JSON mode,
+temperature 0, a timeout on every attempt. Transient failures (connect errors, timeouts, HTTP 429
+and 5xx) are retried a few times with a short backoff, because a busy local server often answers a
+moment later; anything else (another 4xx, a malformed reply) would fail the same way again, so it
+raises at once. Callers treat any exception as "no answer" and fall back to their offline logic, so
+an endpoint that is down never stops the stream. Reading the reply is `agents.llm_reply`'s job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
+
+from dreamstream.agents.llm_reply import LLMReplyError, reply_object
+
+__all__ = ["ChatEndpoint", "LLMReplyError"]
+
+MAX_ATTEMPTS = 3
+"""Attempts per call: bounds the extra latency on a failing endpoint to a few timeouts."""
+
+
+def _transient(exc: BaseException) -> bool:
+    """Worth another attempt: the server was unreachable, slow, rate-limiting or failing inside."""
+    if isinstance(exc, httpx.HTTPStatusError):
+        code = exc.response.status_code
+        return code == 429 or code >= 500
+    return isinstance(exc, (httpx.ConnectError, httpx.TimeoutException))
+
+
+@dataclass(frozen=True)
+class ChatEndpoint:
+    """Where and how to ask: base URL (ending in /v1 for most servers), model name, optional key.
+
+    Holds one `httpx.Client` (thread-safe, keeps connections alive across calls); build one
+    endpoint per configuration and reuse it.
+    """
+
+    base_url: str
+    model: str
+    api_key: str | None = field(default=None, repr=False)
+    timeout_s: float = 10.0
+    _client: httpx.Client = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        object.__setattr__(self, "_client", httpx.Client(headers=headers, timeout=self.timeout_s))
+
+    @property
+    def url(self) -> str:
+        return self.base_url.rstrip("/") + "/chat/completions"
+
+    def ask_json(self, messages: list[dict[str, str]]) -> dict[str, Any]:
+        """One chat completion in JSON mode; returns the reply's JSON object or raises."""
+        body = {"model": self.model, "messages": messages, "temperature": 0,
+                "response_format": {"type": "json_object"}}
+        return reply_object(self._post(body))
+
+    @retry(retry=retry_if_exception(_transient), stop=stop_after_attempt(MAX_ATTEMPTS),
+           wait=wait_exponential(multiplier=0.2, max=2.0), reraise=True)
+    def _post(self, body: dict[str, Any]) -> Any:
+        """The decoded response body; HTTP errors raise (`_transient` decides which are retried)."""
+        resp = self._client.post(self.url, json=body)
+        resp.raise_for_status()
+        try:
+            return resp.json()
+        except ValueError as exc:  # a 200 that is not JSON: the server is wrong, not busy
+            raise LLMReplyError(f"response body is not JSON: {exc}") from exc
+
+    def close(self) -> None:
+        """Release the pooled connections (optional: they also go with the process)."""
+        self._client.close()

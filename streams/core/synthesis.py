@@ -1,0 +1,321 @@
+"""Running synthesis against a store: durable settings, per-user state, gates, and pattern events.
+
+Settings and state live in one small JSON file (`synthesis_state.json`) beside the embedded store, or
+under `$DREAM_STATE_DIR` (default `var/state`) for a server store::
+
+    {"projects": {"<project_id or _default>": {"enabled": true, "boundary": "<ISO time>"}},
+     "users": {"<user_id>": {"last_run": "<ISO time>", "evidence_used": ["m-1", ...]}}}
+
+Synthesis is off for every project until enabled; enabling sets a forward boundary so only memories
+created after it are evidence (history is never rewritten). A run does not write to the store: it
+returns `pattern.added` event dicts that the caller feeds to `Processor.process`, so patterns are
+stored by the same ingest path as from the stream.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dreamstream.agents import synthesis as syn
+from dreamstream.schemas.events import PATTERN_ADDED, normalise_time, now_iso
+from dreamstream.schemas.memory import Memory
+from dreamstream.streams.store import MemoryStore
+
+Embed = Callable[[list[str]], np.ndarray]
+WriteText = Callable[[str, Sequence[str]], "str | None"]
+"""Optional pattern wording (label, member texts most typical first) -> sentence, or None: keep the
+offline text. `agents.pattern_writer.LLMPatternWriter` is one."""
+
+STATE_FILE = "synthesis_state.json"
+DEFAULT_PROJECT = "_default"
+CADENCE_DAYS = 7.0
+"""The weekly schedule: a user is synthesised again once this much time has passed since their last run."""
+SOURCE = "dream-synthesis"
+
+
+# --- state ---------------------------------------------------------------------------------------
+
+
+def state_path(store_dir: str | os.PathLike[str] | None, server: bool = False) -> Path:
+    """`<store_dir>/synthesis_state.json` for the embedded store; `$DREAM_STATE_DIR/...` for a server."""
+    if server or not store_dir:
+        return Path(os.environ.get("DREAM_STATE_DIR", os.path.join("var", "state"))) / STATE_FILE
+    return Path(store_dir) / STATE_FILE
+
+
+@dataclass
+class SynthesisState:
+    """Per-project settings and per-user run state; `save` writes it atomically (if it has a path)."""
+
+    path: Path | None = None
+    projects: dict[str, dict[str, Any]] = field(default_factory=dict)
+    users: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str] | None) -> SynthesisState:
+        if path is None:
+            return cls()
+        p = Path(path)
+        if not p.exists():
+            return cls(path=p)
+        data = json.loads(p.read_text(encoding="utf-8") or "{}")
+        return cls(path=p, projects=dict(data.get("projects") or {}), users=dict(data.get("users") or {}))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"projects": self.projects, "users": self.users}
+
+    def save(self) -> None:
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps(self.to_json(), indent=1, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, self.path)
+
+    def project(self, project_id: str | None) -> dict[str, Any] | None:
+        """The settings of an enabled project (None -> `_default`), or None when synthesis is off there."""
+        settings = self.projects.get(project_id or DEFAULT_PROJECT)
+        return settings if settings and settings.get("enabled") else None
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def enable(state: SynthesisState, project: str | None, boundary: str | None = None) -> dict[str, Any]:
+    """Turn synthesis on for a project; only memories created after `boundary` (default: now) are evidence.
+
+    Enabling a project that is already on keeps its boundary unless a new one is given.
+    """
+    key = project or DEFAULT_PROJECT
+    current = state.projects.get(key) or {}
+    if boundary is not None:
+        chosen = normalise_time(boundary, "boundary")
+    elif current.get("boundary"):
+        chosen = str(current["boundary"])
+    else:
+        chosen = _now()
+    state.projects[key] = {"enabled": True, "boundary": chosen}
+    state.save()
+    return state.projects[key]
+
+
+def disable(state: SynthesisState, project: str | None) -> dict[str, Any]:
+    """Turn synthesis off for a project (its boundary is kept for a later enable)."""
+    key = project or DEFAULT_PROJECT
+    settings = dict(state.projects.get(key) or {})
+    settings["enabled"] = False
+    state.projects[key] = settings
+    state.save()
+    return settings
+
+
+# --- runs ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunRecord:
+    user_id: str
+    ran: bool = False
+    reason: str = ""
+    """Why the user was skipped (disabled, too_few_memories, not_due), or "" when it ran."""
+    memories_considered: int = 0
+    themes: int = 0
+    patterns_written: int = 0
+    patterns_updated: int = 0
+    patterns_unchanged: int = 0
+    patterns_retired: int = 0
+    text_fallbacks: int = 0
+    """Patterns a configured writer could not word (endpoint down, unusable reply): offline text kept."""
+    duration_seconds: float = 0.0
+    pattern_ids: list[str] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    retired: list[str] = field(default_factory=list)
+    """Ids of this user's earlier synthesis patterns that the run no longer finds: `apply` expires them
+    (hidden by default, kept; if the theme comes back, its topic-derived id comes back with it)."""
+
+    def describe(self) -> str:
+        if not self.ran:
+            return f"{self.user_id}: skipped ({self.reason})"
+        return (f"{self.user_id}: {self.memories_considered} memories considered, {self.themes} themes, "
+                f"{self.patterns_written} patterns written, {self.patterns_updated} updated, "
+                f"{self.patterns_unchanged} unchanged, {self.patterns_retired} retired in {self.duration_seconds:.2f}s"
+                + (f" ({self.text_fallbacks} worded offline: the writer failed)" if self.text_fallbacks else ""))
+
+
+def pattern_event(theme: syn.Theme, now: str, project_id: str | None = None,
+                  text_by: str = "offline") -> dict[str, Any]:
+    """The `pattern.added` event for one theme; same theme and evidence -> same event_id."""
+    sources = sorted(theme.memory_ids)
+    digest = hashlib.sha1(f"{theme.pattern_id}|{'|'.join(sources)}".encode()).hexdigest()[:16]
+    event: dict[str, Any] = {
+        "type": PATTERN_ADDED,
+        "event_id": f"syn-{theme.pattern_id}-{digest}",
+        "memory_id": theme.pattern_id,
+        "user_id": theme.user_id,
+        "text": theme.text,
+        "created_at": now,
+        "sources": sources,
+        "kind": "pattern",
+        "metadata": {"type": "pattern", "confidence": 1.0, "pinned": False, "source": SOURCE,
+                     "text_by": text_by},
+    }
+    if project_id:
+        event["project_id"] = project_id
+    return event
+
+
+def _evidence(state: SynthesisState, facts: Sequence[Memory]) -> tuple[list[Memory], str | None]:
+    """Eligible evidence from the enabled projects, each after its own boundary; and the main project."""
+    by_project: dict[str | None, list[Memory]] = defaultdict(list)
+    for m in facts:
+        by_project[m.project_id].append(m)
+    out: list[Memory] = []
+    counts: dict[str | None, int] = {}
+    for project_id, members in by_project.items():
+        settings = state.project(project_id)
+        if settings is None:
+            continue
+        chosen = syn.eligible(members, settings.get("boundary"))
+        out += chosen
+        counts[project_id] = len(chosen)
+    main = max(counts, key=lambda p: (counts[p], p or ""), default=None)
+    return out, main
+
+
+def _run(
+    user_id: str,
+    memories: Sequence[Memory],
+    embed: Embed,
+    now: str,
+    state: SynthesisState,
+    force: bool,
+    cadence_days: float,
+    write_text: WriteText | None = None,
+) -> RunRecord:
+    start = time.perf_counter()
+    record = RunRecord(user_id=user_id)
+    now = normalise_time(now, "now")
+    facts = [m for m in memories if m.kind == "fact"]
+    patterns = [m for m in memories if m.kind == "pattern"]
+    enabled = any(state.project(p) is not None for p in {m.project_id for m in facts})
+    if not enabled:
+        record.reason = "disabled"
+        return record
+    if syn.gate_count(facts) < syn.MIN_MEMORIES:
+        record.reason = "too_few_memories"
+        return record
+    last_run = None if force else (state.users.get(user_id) or {}).get("last_run")
+    if not syn.is_due(True, syn.gate_count(facts), last_run, now, cadence_days):
+        record.reason = "not_due"
+        return record
+    evidence, project_id = _evidence(state, facts)
+    themes = syn.match_existing(syn.find_themes(evidence, embed), patterns) if evidence else []
+    existing = {p.memory_id: p for p in patterns}
+    for theme in themes:
+        record.pattern_ids.append(theme.pattern_id)
+        old = existing.get(theme.pattern_id)
+        if old is not None and old.status == "active" and sorted(old.sources) == sorted(theme.memory_ids) \
+                and (old.text == theme.text or old.metadata.get("text_by", "offline") != "offline"):
+            record.patterns_unchanged += 1  # same evidence: a written sentence is not asked for again
+            continue
+        text_by = "offline"
+        if write_text is not None:
+            worded = write_text(theme.label, theme.typical or (theme.text,))
+            if worded:
+                theme, text_by = replace(theme, text=worded), "llm"
+            else:
+                record.text_fallbacks += 1
+        if old is None:
+            record.patterns_written += 1
+        else:
+            record.patterns_updated += 1
+        record.events.append(pattern_event(theme, now, project_id, text_by))
+    found = set(record.pattern_ids)
+    standing = {m.memory_id for m in evidence}
+    # Additive: a pattern this run did not reproduce stays while its evidence stands (clustering may
+    # simply have drawn the lines elsewhere this time); it is retired once fewer than a theme's worth
+    # of its sources are still eligible (superseded, merged, or the boundary moved past them).
+    record.retired = sorted(
+        p.memory_id for p in patterns
+        if p.memory_id not in found and p.status == "active" and p.user_id == user_id
+        and p.metadata.get("source") == SOURCE and len(standing & set(p.sources)) < syn.MIN_THEME_SIZE)
+    record.patterns_retired = len(record.retired)
+    record.ran = True
+    record.memories_considered = len(evidence)
+    record.themes = len(themes)
+    state.users[user_id] = {
+        "last_run": now,
+        "evidence_used": sorted({mid for t in themes for mid in t.memory_ids}),
+    }
+    record.duration_seconds = time.perf_counter() - start
+    return record
+
+
+def apply(store: MemoryStore, records: Sequence[RunRecord]) -> None:
+    """Expires the patterns the runs retired: hidden from default reads, kept (nothing is lost).
+
+    New and updated patterns go through `Processor.process`; a retired theme that comes back gets its
+    topic-derived id back and is rewritten active.
+    """
+    stamp = now_iso()
+    for pid in (pid for r in records for pid in r.retired):
+        store.update(pid, {"status": "expired", "updated_at": stamp})
+
+
+def run_for_user(
+    store: MemoryStore,
+    embed: Embed,
+    user_id: str,
+    now: str,
+    state: SynthesisState,
+    force: bool = False,
+    cadence_days: float = CADENCE_DAYS,
+    save: bool = True,
+    write_text: WriteText | None = None,
+) -> RunRecord:
+    """One user's synthesis step; `force` skips only the cadence gate. Feed `record.events` to a Processor."""
+    memories = list(store.scroll({"user_id": user_id}, with_vectors=True))
+    record = _run(user_id, memories, embed, now, state, force, cadence_days, write_text)
+    if save and record.ran:
+        state.save()
+    return record
+
+
+def run_due(
+    store: MemoryStore,
+    embed: Embed,
+    now: str,
+    state: SynthesisState,
+    force: bool = False,
+    cadence_days: float = CADENCE_DAYS,
+    users: Iterable[str] | None = None,
+    write_text: WriteText | None = None,
+) -> list[RunRecord]:
+    """Every user (or the given ones) whose gates pass at `now`; one record per user looked at."""
+    by_user: dict[str, list[Memory]] = defaultdict(list)
+    wanted = set(users) if users is not None else None
+    where = {"user_id": sorted(wanted)} if wanted else None
+    if wanted is not None and not wanted:
+        return []
+    for m in store.scroll(where, with_vectors=True):
+        by_user[m.user_id].append(m)
+    records = [_run(u, by_user[u], embed, now, state, force, cadence_days, write_text) for u in sorted(by_user)]
+    if any(r.ran for r in records):
+        state.save()
+    return records
+
+
+def _ts_str(value: datetime) -> str:
+    return normalise_time(value.astimezone(UTC).isoformat(), "time")

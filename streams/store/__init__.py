@@ -1,0 +1,43 @@
+"""The memory collection: one schema, two backends behind one interface.
+
+`EdgeStore` (edge.py) runs Qdrant's engine in process and is the embedded default; `ServerStore`
+(server.py) talks to a Qdrant server through qdrant-client. `open_store` picks one from the settings.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dreamstream.streams.settings import Settings
+from dreamstream.streams.store.base import (
+    COLLECTION,
+    INDEXED_FIELDS,
+    VECTOR_SIZE,
+    MemoryStore,
+    Where,
+    normalise_text,
+    point_id,
+    sorted_by_time,
+    text_key,
+)
+from dreamstream.streams.store.edge import EdgeStore
+from dreamstream.streams.store.server import ServerStore
+
+__all__ = ["COLLECTION", "INDEXED_FIELDS", "VECTOR_SIZE", "EdgeStore", "MemoryStore", "ServerStore", "Where",
+           "normalise_text", "open_configured", "open_store", "point_id", "sorted_by_time", "text_key"]
+
+
+def open_store(store_dir: str | None = None, qdrant_url: str | None = None, api_key: str | None = None) -> Any:
+    """The configured backend: a Qdrant server when a URL is given, else the embedded shard."""
+    if qdrant_url:
+        if qdrant_url == ":memory:":
+            return ServerStore(location=":memory:")
+        return ServerStore(url=qdrant_url, api_key=api_key)
+    if not store_dir:
+        raise ValueError("no store: give --store DIR (embedded) or set QDRANT_URL")
+    return EdgeStore(store_dir)
+
+
+def open_configured(settings: Settings, store_dir: str | None = None) -> Any:
+    """The store the settings name: QDRANT_URL when set, else `store_dir` or DREAM_STORE."""
+    return open_store(store_dir or settings.store_dir, settings.qdrant_url, settings.qdrant_api_key)

@@ -1,0 +1,90 @@
+"""What both store backends share: the Protocol, the payload layout, ids, keys and filters."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from dreamstream.schemas.memory import EMBEDDING_DIM, Memory
+
+VECTOR_SIZE = EMBEDDING_DIM
+COLLECTION = "dream_memories"
+NAMESPACE = uuid.UUID("5b0f3c62-7d7e-4f0e-9a55-0d1f6a1e9c11")
+INDEXED_FIELDS = (
+    "memory_id", "user_id", "status", "kind", "text_key", "event_id",
+    "decision_ids", "project_id", "app_id", "agent_id", "run_id",
+)
+
+Where = Mapping[str, Any]
+"""A conjunction of field conditions: a value matches exactly, a list or tuple matches any of it."""
+
+
+def point_id(memory_id: str) -> str:
+    """Qdrant ids must be integers or UUIDs; memory ids are free strings, so map them stably."""
+    return str(uuid.uuid5(NAMESPACE, memory_id))
+
+
+_PUNCT = re.compile(r"[^\w\s]")
+_SPACE = re.compile(r"\s+")
+
+
+def normalise_text(text: str) -> str:
+    """Case, accents, punctuation and spacing removed: the key for exact-duplicate lookups."""
+    text = unicodedata.normalize("NFKD", text)
+    text = "".join(ch for ch in text if not unicodedata.combining(ch)).casefold()
+    return _SPACE.sub(" ", _PUNCT.sub(" ", text)).strip()
+
+
+def text_key(user_id: str, text: str) -> str:
+    return hashlib.sha1(f"{user_id}\x00{normalise_text(text)}".encode()).hexdigest()
+
+
+def stored_payload(memory: Memory) -> dict[str, Any]:
+    payload = memory.payload()
+    payload["text_key"] = text_key(memory.user_id, memory.text)
+    return payload
+
+
+def to_memory(payload: Mapping[str, Any] | None, vector: Any) -> Memory:
+    if isinstance(vector, dict):  # named vectors: we use the default one
+        vector = vector.get("") or next(iter(vector.values()), None)
+    return Memory.from_payload(dict(payload or {}), vector)
+
+
+class MemoryStore(Protocol):
+    """What the pipeline, the reads and the CLI need from a backend."""
+
+    def upsert(self, memories: Sequence[Memory]) -> None: ...
+    def update(self, memory_id: str, fields: Mapping[str, Any]) -> None: ...
+    def retrieve(self, memory_ids: Sequence[str], with_vectors: bool = False) -> dict[str, Memory]: ...
+    def nearest(
+        self, vector: np.ndarray, where: Where, limit: int, with_vectors: bool = False
+    ) -> list[tuple[Memory, float]]: ...
+    def scroll(self, where: Where | None = None, with_vectors: bool = False) -> Iterator[Memory]: ...
+    def count(self, where: Where | None = None) -> int: ...
+    def delete(self, memory_ids: Sequence[str]) -> None: ...
+    def flush(self) -> None: ...
+    def close(self) -> None: ...
+
+
+
+
+def conditions(where: Where | None) -> list[tuple[str, Any, bool]]:
+    """`where` as (field, value, any_of) triples: a list, tuple or set value matches any of its items."""
+    out = []
+    for key, value in (where or {}).items():
+        if isinstance(value, list | tuple | set | frozenset):
+            out.append((key, list(value), True))
+        else:
+            out.append((key, value, False))
+    return out
+
+
+def sorted_by_time(memories: Iterable[Memory]) -> list[Memory]:
+    return sorted(memories, key=lambda m: (m.created_at, m.memory_id))

@@ -1,0 +1,129 @@
+"""A Qdrant server through qdrant-client: the path to several workers (and, with
+`location=":memory:"`, the stand-in for the server API in tests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from dreamstream.schemas.memory import Memory
+from dreamstream.streams.store.base import (
+    COLLECTION,
+    INDEXED_FIELDS,
+    VECTOR_SIZE,
+    Where,
+    conditions,
+    point_id,
+    stored_payload,
+    to_memory,
+)
+
+
+class ServerStore:
+    """A Qdrant server (or qdrant-client's local mode) through qdrant-client."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        api_key: str | None = None,
+        collection: str = COLLECTION,
+        location: str | None = None,
+    ) -> None:
+        from qdrant_client import QdrantClient, models
+
+        self._m = models
+        self.collection = collection
+        self.client = QdrantClient(location=location) if location else QdrantClient(url=url, api_key=api_key)
+        self.local = bool(location)
+        if not self.client.collection_exists(collection):
+            self.client.create_collection(
+                collection, vectors_config=models.VectorParams(size=VECTOR_SIZE, distance=models.Distance.COSINE)
+            )
+            if not location:  # local mode ignores payload indexes and warns about them
+                for name in INDEXED_FIELDS:
+                    self.client.create_payload_index(collection, name, models.PayloadSchemaType.KEYWORD)
+
+    def _filter(self, where: Where | None) -> Any:
+        m = self._m
+        if not where:
+            return None
+        return m.Filter(must=[
+            m.FieldCondition(key=key, match=m.MatchAny(any=value) if any_of else m.MatchValue(value=value))
+            for key, value, any_of in conditions(where)])
+
+    def upsert(self, memories: Sequence[Memory]) -> None:
+        if not memories:
+            return
+        points = []
+        for memory in memories:
+            if memory.vector is None:
+                raise ValueError(f"memory {memory.memory_id} has no vector")
+            points.append(self._m.PointStruct(
+                id=point_id(memory.memory_id),
+                vector=np.asarray(memory.vector, dtype=np.float32).tolist(),
+                payload=stored_payload(memory),
+            ))
+        self.client.upsert(self.collection, points=points, wait=True)
+
+    def update(self, memory_id: str, fields: Mapping[str, Any]) -> None:
+        self.client.set_payload(self.collection, payload=dict(fields), points=[point_id(memory_id)], wait=True)
+
+    def retrieve(self, memory_ids: Sequence[str], with_vectors: bool = False) -> dict[str, Memory]:
+        if not memory_ids:
+            return {}
+        records = self.client.retrieve(
+            self.collection, ids=[point_id(m) for m in memory_ids], with_payload=True, with_vectors=with_vectors
+        )
+        found = (to_memory(r.payload, r.vector if with_vectors else None) for r in records)
+        return {m.memory_id: m for m in found}
+
+    def nearest(
+        self, vector: np.ndarray, where: Where, limit: int, with_vectors: bool = False
+    ) -> list[tuple[Memory, float]]:
+        response = self.client.query_points(
+            self.collection, query=np.asarray(vector, dtype=np.float32).tolist(),
+            query_filter=self._filter(where), limit=limit, with_payload=True, with_vectors=with_vectors,
+        )
+        return [
+            (to_memory(p.payload, p.vector if with_vectors else None), float(p.score)) for p in response.points
+        ]
+
+    def scroll(self, where: Where | None = None, with_vectors: bool = False) -> Iterator[Memory]:
+        offset = None
+        while True:
+            records, offset = self.client.scroll(
+                self.collection, scroll_filter=self._filter(where), limit=512, offset=offset,
+                with_payload=True, with_vectors=with_vectors,
+            )
+            for r in records:
+                yield to_memory(r.payload, r.vector if with_vectors else None)
+            if offset is None:
+                return
+
+    def count(self, where: Where | None = None) -> int:
+        return int(self.client.count(self.collection, count_filter=self._filter(where), exact=True).count)
+
+    def delete(self, memory_ids: Sequence[str]) -> None:
+        if memory_ids:
+            self.client.delete(self.collection, points_selector=[point_id(m) for m in memory_ids], wait=True)
+
+    def flush(self) -> None:
+        """The server persists on its own; nothing to do."""
+
+    def optimize(self) -> None:
+        """The server optimises in the background."""
+
+    def rebuild_indexes(self) -> None:
+        """Recreates the payload indexes (full consolidation); local mode keeps none."""
+        if self.local:
+            return
+        m = self._m
+        for name in INDEXED_FIELDS:
+            self.client.delete_payload_index(self.collection, name, wait=True)
+            self.client.create_payload_index(self.collection, name, m.PayloadSchemaType.KEYWORD, wait=True)
+
+    def close(self) -> None:
+        self.client.close()

@@ -1,0 +1,109 @@
+"""The Faust app: its topics, the worker's one Processor and the store thread.
+
+Importing this module builds the app and nothing else; the agents, timers and pages that run on it
+live in their own modules and register themselves when `worker.main` imports them. The heavy
+objects (model, store) are built once per worker, lazily, and every store or model call runs on one
+worker thread so the event loop never blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import faust
+
+from dreamstream.schemas.events import dead_letter
+from dreamstream.streams import settings as settings_mod
+from dreamstream.streams.core import judges
+from dreamstream.streams.core.embedding import shared_embedder
+from dreamstream.streams.core.ingest import BatchResult, Processor
+from dreamstream.streams.store import open_configured
+from dreamstream.streams.worker import metrics
+from dreamstream.streams.worker.records import DeadLetter, MemoryStatus
+
+log = logging.getLogger("dreamstream.app")
+settings = settings_mod.load()
+judges.check_settings(settings)  # a misconfigured judge or writer stops `dream worker` at start, with the reason
+
+app = faust.App(
+    settings.app_id,
+    broker=settings.broker_url,
+    broker_credentials=settings.kafka.faust_credentials(),  # SASL / TLS from DREAM_KAFKA_* (see settings)
+    store="memory://",
+    datadir=settings.data_dir,
+    key_serializer="raw",
+    value_serializer="raw",
+    topic_partitions=settings.topics.partitions,
+    topic_replication_factor=1,
+    web_host=settings.http_host,
+    web_bind=settings.http_host,
+    web_port=settings.http_port,
+    web_in_thread=False,
+    consumer_auto_offset_reset="earliest",
+    broker_commit_every=200,
+    broker_commit_interval=1.0,
+    broker_session_timeout=settings.session_timeout,
+    broker_heartbeat_interval=min(3.0, settings.session_timeout / 4),
+    producer_acks=-1,
+    stream_buffer_maxsize=4096,
+    table_standby_replicas=0,  # a worker's timers act on the users its tables hold: active partitions only
+)
+
+t = settings.topics
+memory_added_topic = app.topic(t.memory_added, partitions=t.partitions, key_type=bytes, value_type=bytes)
+patterns_topic = app.topic(t.patterns, partitions=t.partitions, key_type=bytes, value_type=bytes)
+status_topic = app.topic(t.memory_status, partitions=t.partitions, key_type=bytes, value_serializer="orjson")
+dead_letter_topic = app.topic(t.dead_letters, partitions=t.partitions, key_type=bytes, value_serializer="orjson")
+ingest_channel = app.topic(t.memory_added, t.patterns, key_type=bytes, value_type=bytes, acks=False)
+"""Acks off: ingest commits these offsets itself, after the store write (worker/offsets.py says why)."""
+
+_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dream-store")
+_runtime: dict[str, Any] = {}
+
+
+def _build_processor() -> Processor:
+    store = metrics.TimedStore(open_configured(settings))
+    _runtime["store"] = store
+    return Processor(store, shared_embedder())
+
+
+_build_lock: asyncio.Lock | None = None
+
+
+async def processor() -> Processor:
+    """The worker's one Processor, built on the store thread on first use.
+
+    Several agents ask for it as the worker starts; the lock makes the first build the only one
+    (a second embedded store on the same folder would fail on its lock)."""
+    global _build_lock
+    if "processor" not in _runtime:
+        if _build_lock is None:
+            _build_lock = asyncio.Lock()
+        async with _build_lock:
+            if "processor" not in _runtime:
+                loop = asyncio.get_running_loop()
+                _runtime["processor"] = await loop.run_in_executor(_executor, _build_processor)
+    proc: Processor = _runtime["processor"]
+    return proc
+
+
+async def on_store_thread(fn: Any, *args: Any) -> Any:
+    return await asyncio.get_running_loop().run_in_executor(_executor, fn, *args)
+
+
+async def publish(result: BatchResult) -> None:
+    """Status events and dead letters of one batch, keyed by user so they keep per-user order."""
+    for ev in result.status_events:
+        await status_topic.send(key=ev["user_id"].encode(), value=MemoryStatus(**ev))
+    for dl in result.dead_letters:
+        await dead_letter_topic.send(key=None, value=DeadLetter(**dl))
+
+
+async def send_dead_letter(event: Any, reason: str, message: str) -> None:
+    """One bad input record of a Faust stream event to the dead-letter topic, with where it came from."""
+    m = event.message
+    dl = dead_letter(event.value, reason, message, m.topic, m.partition, m.offset)
+    await dead_letter_topic.send(key=None, value=DeadLetter(**dl))

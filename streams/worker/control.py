@@ -1,0 +1,225 @@
+"""The ops control agent: commands from `dream.control`, exactly one reply each on `dream.control.replies`.
+
+Commands are applied in the order sent (the topic has one partition). Each command id is remembered
+in a changelogged table with its reply, so a redelivered command changes nothing and is not answered
+twice; a reused id with other content is rejected. Settings the commands change (synthesis toggles,
+retention policies, the ingest pause) live in global tables, so they are kept in Kafka and survive
+restarts. Malformed or unauthorised commands get a `rejected` reply and a dead-letter record.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import faust
+import orjson
+
+from dreamstream.schemas.control import Command, InvalidCommand, parse_command, reply
+from dreamstream.schemas.errors import CommandFailed
+from dreamstream.schemas.events import now_iso, status_event
+from dreamstream.streams.core import consolidation as cr
+from dreamstream.streams.core import synthesis as runner
+from dreamstream.streams.worker import metrics
+from dreamstream.streams.worker.app import (
+    app,
+    on_store_thread,
+    processor,
+    publish,
+    send_dead_letter,
+    settings,
+    status_topic,
+)
+from dreamstream.streams.worker.consolidation import schedule_command
+from dreamstream.streams.worker.tables import projects_table, settings_table
+
+log = logging.getLogger("dreamstream.control")
+
+control_topic = app.topic(settings.topics.control, partitions=1, key_type=bytes, value_type=bytes)
+replies_topic = app.topic(settings.topics.control_replies, partitions=1, key_type=bytes, value_type=bytes)
+
+seen_table = app.Table("control-seen", default=None, partitions=1)
+"""command id -> {"fingerprint", "reply"}: idempotence on the id."""
+
+
+
+def _project_key(args: dict[str, Any]) -> str:
+    return str(args.get("project") or runner.DEFAULT_PROJECT)
+
+
+def current_settings() -> dict[str, Any]:
+    return {
+        "synthesis": {str(k): v for k, v in projects_table.items() if v},
+        "retention": settings_table.get("retention") or {},
+        "paused": bool(settings_table.get("paused")),
+    }
+
+
+Handler = Callable[[Command], Awaitable[dict[str, Any]]]
+HANDLERS: dict[str, Handler] = {}
+"""Command name -> its handler: one entry per name in schemas.control.COMMANDS (a test checks they agree)."""
+
+
+def handles(*names: str) -> Callable[[Handler], Handler]:
+    def register(fn: Handler) -> Handler:
+        for name in names:
+            HANDLERS[name] = fn
+        return fn
+    return register
+
+
+async def handle(cmd: Command) -> dict[str, Any]:
+    """Carries out one command; returns the reply's details (raises CommandFailed for an `error` reply)."""
+    handler = HANDLERS.get(cmd.command)
+    if handler is None:  # pragma: no cover  (COMMANDS and HANDLERS agree)
+        raise CommandFailed(f"no handler for {cmd.command}")
+    try:
+        return await handler(cmd)
+    except (KeyError, ValueError) as exc:  # an unknown decision, plan or schedule; a bad boundary
+        raise CommandFailed(str(exc).strip("'\"")) from exc
+
+
+@handles("synthesis.enable", "synthesis.disable")
+async def synthesis_toggle(cmd: Command) -> dict[str, Any]:
+    args = cmd.args
+    state = runner.SynthesisState(projects={k: dict(v) for k, v in projects_table.items() if v})
+    if cmd.command == "synthesis.enable":
+        entry = runner.enable(state, args.get("project"), args.get("boundary"))
+    else:
+        entry = runner.disable(state, args.get("project"))
+    projects_table[_project_key(args)] = entry
+    return {"project": _project_key(args), **entry}
+
+
+@handles("retention.set")
+async def retention_set(cmd: Command) -> dict[str, Any]:
+    merged = {**(settings_table.get("retention") or {}), **cmd.args["policies"]}
+    settings_table["retention"] = merged
+    return {"retention": merged}
+
+
+@handles("ingest.pause", "ingest.resume")
+async def ingest_pause(cmd: Command) -> dict[str, Any]:
+    settings_table["paused"] = cmd.command == "ingest.pause"
+    enforce_pause()
+    return {"paused": settings_table.get("paused")}
+
+
+@handles("settings.show")
+async def settings_show(cmd: Command) -> dict[str, Any]:
+    return current_settings()
+
+
+@handles("consolidate.schedule", "schedule.list", "schedule.remove")
+async def schedules(cmd: Command) -> dict[str, Any]:
+    return schedule_command(cmd.command, cmd.args)
+
+
+@handles("undo")
+async def undo(cmd: Command) -> dict[str, Any]:
+    proc = await processor()
+    events = await on_store_thread(proc.undo, cmd.args["decision_id"])
+    for ev in events:
+        await status_topic.send(key=ev["user_id"].encode(), value=ev)
+    return {"decision_id": cmd.args["decision_id"], "status_events": len(events)}
+
+
+@handles("erase")
+async def erase(cmd: Command) -> dict[str, Any]:
+    user = cmd.args["user"]
+    details = await on_store_thread(erase_user, await processor(), user, cmd)
+    audit = status_event(f"erase-{cmd.id}", f"user:{user}", user, None, "erased", None,
+                         "erase", {"command_id": cmd.id, "issued_by": cmd.issued_by, **details})
+    await status_topic.send(key=user.encode(), value=audit)
+    return details
+
+
+@handles("reprocess")
+async def reprocess(cmd: Command) -> dict[str, Any]:
+    user = cmd.args["user"]
+    backup = os.path.join(settings.data_dir, "reprocess")
+    result = await on_store_thread((await processor()).reprocess_user, user, backup)
+    await publish(result)
+    return {"user": user, "memories": result.outcomes["stored"], "decisions": dict(result.decisions)}
+
+
+def erase_user(proc: Any, user: str, cmd: Command) -> dict[str, Any]:
+    """Hard delete of everything of one user (privacy requests); the audit keeps counts, never texts."""
+    ids = [m.memory_id for m in proc.store.scroll({"user_id": user})]
+    proc.store.delete(ids)
+    proc.store.flush()
+    return {"user": user, "deleted": len(ids), "at": now_iso()}
+
+
+@handles("consolidate.run", "consolidate.approve", "consolidate.reject")
+async def consolidate(cmd: Command) -> dict[str, Any]:
+    """Consolidation now (dry-run: a plan to approve by id; auto: applied), approve and reject."""
+    details, events = await on_store_thread(cr.control, await processor(), cmd.command, cmd.args,
+                                            settings_table.get("retention") or None, settings.data_dir,
+                                            metrics.consolidation_run)
+    for ev in events:
+        await status_topic.send(key=ev["user_id"].encode(), value=ev)
+    return dict(details)
+
+
+def enforce_pause() -> None:
+    """Pauses (or resumes) this worker's memory.added partitions to match the setting."""
+    consumer = getattr(app, "_consumer", None)
+    if consumer is None:
+        return
+    tps = [tp for tp in consumer.assignment() if tp.topic == settings.topics.memory_added]
+    if not tps:
+        return
+    if settings_table.get("paused"):
+        consumer.pause_partitions(tps)
+    else:
+        consumer.resume_partitions(tps)
+
+
+@app.timer(interval=2.0)
+async def keep_pause() -> None:
+    """The pause outlives rebalances and restarts: re-applied to whatever partitions are assigned."""
+    if settings_table.get("paused") is not None:
+        try:
+            enforce_pause()
+        except Exception:  # a timer that raises crashes the worker
+            log.exception("could not apply the ingest pause")
+
+
+async def send_reply(command_id: str | None, body: dict[str, Any]) -> None:
+    await replies_topic.send(key=(command_id or "").encode(), value=orjson.dumps(body))
+    metrics.control_command(body["command"] or "invalid", body["outcome"])
+
+
+@app.agent(control_topic, concurrency=1)
+async def control(stream: faust.StreamT) -> None:
+    """One reply per command id; bad commands rejected with a dead letter; nothing applied twice."""
+    async for event in stream.events():
+        try:
+            cmd = parse_command(event.value, settings.control_token)
+        except InvalidCommand as exc:
+            await send_reply(exc.command_id, reply(exc.command_id, None, "rejected",
+                                                   {"reason": exc.reason, "error": exc.message}))
+            await send_dead_letter(event, exc.reason, exc.message)
+            continue
+        earlier = seen_table.get(cmd.id)
+        if earlier is not None:
+            if earlier["fingerprint"] != cmd.fingerprint().decode():
+                # The id belongs to another command: that one keeps its reply; this one is refused.
+                message = f"id {cmd.id} was already used for another command"
+                await send_reply(cmd.id, reply(cmd.id, cmd.command, "rejected", {"reason": "id_reused",
+                                                                                 "error": message}))
+                await send_dead_letter(event, "id_reused", message)
+            continue  # a redelivery: applied and answered already
+        try:
+            body = reply(cmd.id, cmd.command, "ok", await handle(cmd))
+        except CommandFailed as exc:
+            body = reply(cmd.id, cmd.command, "error", {"error": str(exc)})
+        except Exception as exc:  # a failing command must not stop the control stream
+            log.exception("control command %s failed", cmd.id)
+            body = reply(cmd.id, cmd.command, "error", {"error": f"{type(exc).__name__}: {exc}"})
+        seen_table[cmd.id] = {"fingerprint": cmd.fingerprint().decode(), "reply": body}
+        await send_reply(cmd.id, body)
+        log.info("control %s %s -> %s", cmd.id, cmd.command, body["outcome"])

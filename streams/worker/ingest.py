@@ -1,0 +1,169 @@
+"""The ingest agent: memory.added and pattern events, a batch at a time, stored before committed.
+
+Each record is checked against a ledger of offsets (worker/offsets.py) so that it is stored once, in
+order, and nothing undelivered is passed over; a batch that fails to store is read again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import faust
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from dreamstream.streams.core.ingest import Incoming
+from dreamstream.streams.worker import metrics
+from dreamstream.streams.worker.app import _runtime, app, ingest_channel, on_store_thread, processor, publish, settings
+from dreamstream.streams.worker.offsets import InputOffsets, Verdict
+
+log = logging.getLogger("dreamstream.ingest")
+
+
+def _consuming() -> bool:
+    """A started consumer group member (not an agent test context, where records carry no offsets to keep)."""
+    consumer = getattr(app, "_consumer", None)
+    return consumer is not None and consumer._started.is_set()
+
+
+async def _first_record_at(tp: Any, offset: int) -> int | None:
+    """The offset of the first record at or after `offset`, read from the log by a group-less consumer."""
+    part = TopicPartition(tp.topic, tp.partition)
+    try:
+        if "probe" not in _runtime:
+            started = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap_servers, group_id=None,
+                                       enable_auto_commit=False, **settings.kafka.aiokafka_kwargs())
+            await started.start()
+            _runtime["probe"] = started
+        probe = _runtime["probe"]
+        probe.assign([part])
+        probe.seek(part, offset)
+        got = await probe.getmany(part, timeout_ms=5000, max_records=1)
+    except Exception:
+        log.exception("could not read %s-%d at %d", tp.topic, tp.partition, offset)
+        return None
+    records = got.get(part) or []
+    return int(records[0].offset) if records else None
+
+
+async def _start_offset(tp: Any) -> int:
+    """Where reading resumes: the committed offset (set from the broker on assignment), else the log start."""
+    consumer: Any = app.consumer  # Faust's own bookkeeping, not in its ConsumerT interface
+    committed = consumer._committed_offset.get(tp)
+    if committed is not None:
+        return int(committed)
+    try:
+        earliest = await consumer.earliest_offsets(tp)
+        return int(earliest.get(tp) or 0)
+    except Exception:
+        log.exception("no earliest offset for %s-%d: assuming 0", tp.topic, tp.partition)
+        return 0
+
+
+@dataclass
+class Admitted:
+    """What of a batch ingest stores now; per partition its first offset (to read again if the store
+    fails) and the offset to commit once it is stored."""
+
+    items: list[Incoming] = field(default_factory=list)
+    first: dict[Any, int] = field(default_factory=dict)
+    upto: dict[Any, int] = field(default_factory=dict)
+
+
+async def admit(ledger: InputOffsets[Any], events: list[Any]) -> Admitted:
+    """Checks each record against the ledger: in order, once, nothing undelivered passed over.
+
+    Outside a running consumer (agent test contexts) there are no offsets to keep: all is taken."""
+    consuming = _consuming()
+    assigned = set(app.consumer.assignment()) if consuming else set()
+    out = Admitted()
+    for e in events:
+        m = e.message
+        tp = m.tp
+        if consuming:
+            generation = app.consumer_generation_id
+            if tp not in assigned or getattr(m, "generation_id", generation) != generation:
+                metrics.input_record("revoked")  # fetched before a rebalance: read again after it
+                continue
+            if not ledger.known(tp, generation):
+                ledger.start(tp, await _start_offset(tp), generation)
+            verdict = ledger.admit(tp, m.offset, time.monotonic())
+            if verdict is Verdict.PROBE:
+                ledger.floor_is(tp, await _first_record_at(tp, ledger.next_offset(tp)))
+                verdict = ledger.admit(tp, m.offset, time.monotonic())
+            if verdict is Verdict.SEEK:
+                back = ledger.next_offset(tp)
+                log.warning("%s-%d: offset %d arrived but %d never did: seeking back to it",
+                            tp.topic, tp.partition, m.offset, back)
+                await app.consumer.seek(tp, back)
+            if verdict is not Verdict.TAKE:
+                metrics.input_record(verdict.value)
+                continue
+            out.first.setdefault(tp, m.offset)
+            out.upto[tp] = ledger.next_offset(tp)
+        out.items.append(Incoming(raw=e.value, topic=m.topic, partition=m.partition, offset=m.offset))
+    return out
+
+
+async def commit(upto: dict[Any, int]) -> None:
+    """Commits what the batch stored; Faust's commit path flushes the producer first, so the batch's
+    status events and dead letters are out before its offsets."""
+    if upto:
+        consumer: Any = app.consumer  # the commit path of Faust's own acks, minus the gap filling
+        await consumer._commit_offsets(upto)
+
+
+@app.agent(ingest_channel, concurrency=1)
+async def ingest(stream: faust.StreamT) -> None:
+    """memory.added and synthesised pattern events, in per-partition order, a batch at a time.
+
+    Each agent start keeps its own ledger of stored offsets: a restarted agent resumes from what is
+    committed. A batch that fails to store (a store outage) is read again, not skipped."""
+    proc = await processor()
+    ledger: InputOffsets[Any] = InputOffsets(reseek_after=max(2.0, settings.stall_seconds / 3))
+    _runtime["ledger"] = ledger  # the watchdog reads it
+    failures = 0
+    # take_events (not take) keeps each message's topic, partition and offset for dead letters.
+    async for events in stream.take_events(settings.batch_size, within=settings.batch_within):  # type: ignore[attr-defined]
+        batch = await admit(ledger, events)
+        items = batch.items
+        if not items:
+            continue
+        started = time.perf_counter()
+        try:
+            result = await on_store_thread(proc.process, items)
+        except Exception:
+            failures += 1
+            log.exception("batch of %d failed to store; reading it again (failure %d in a row)", len(items), failures)
+            metrics.input_record("store_failed", len(items))
+            for tp, offset in batch.first.items():
+                ledger.rewind(tp, offset, time.monotonic())
+                await app.consumer.seek(tp, offset)
+            await asyncio.sleep(min(30.0, 0.5 * 2 ** min(failures, 6)))
+            continue
+        failures = 0
+        metrics.observe_batch(result, time.perf_counter() - started)
+        await publish(result)
+        await commit(batch.upto)
+        if result.dead_letters:
+            log.warning("batch of %d: %d dead letters", len(items), len(result.dead_letters))
+
+
+@app.on_before_shutdown.connect
+async def on_shutdown(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+    """Stops the gap probe's consumer and flushes the store (on its thread, after any write in flight)."""
+    probe = _runtime.pop("probe", None)
+    if probe is not None:
+        await probe.stop()
+    if "processor" in _runtime:
+        await on_store_thread(_runtime["processor"].store.flush)
+
+
+@app.timer(interval=5.0)
+async def flush_store() -> None:
+    """Edge stores persist on flush; the WAL covers the time between."""
+    if "processor" in _runtime:
+        await on_store_thread(_runtime["processor"].store.flush)

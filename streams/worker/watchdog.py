@@ -1,0 +1,118 @@
+"""Re-seeks an input partition that has records waiting but stopped delivering them.
+
+Seen here after a worker restart following a SIGKILL (about one run in four of the crash test): a
+partition is assigned, not paused, Faust counts it as fetching, its highwater is ahead, and yet no
+record of it ever reaches the agents (the fetcher sits in `getmany`, no error is logged; upstream
+reports of the same family: faust-streaming issue #175). The watchdog first seeks the partition
+to where reading should continue (the driver then fetches it afresh: seen to heal it here); when
+that brings nothing within another period, the driver is wedged, and `/healthz` turns unhealthy (503) so the
+supervisor (the Kubernetes liveness probe, or the test harness) restarts the worker. Either way
+redelivery is safe: ingest is idempotent on memory_id. A partition that ingest seeked back to records
+it was never given (streams/worker/offsets.py) is treated the same when they have not come after two
+periods. `GET /v1/consumer` shows the same state by hand; `dreamstream_partition_reseeks_total`
+counts the seeks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import Counter
+
+from dreamstream.streams.worker.app import _runtime, app, settings
+
+log = logging.getLogger("dreamstream.watchdog")
+
+RESEEKS = Counter("dreamstream_partition_reseeks_total",
+                  "Input partitions re-seeked after records waited without being delivered.", ["topic"])
+
+
+@dataclass
+class Progress:
+    """Per partition: the last read offset seen and since when it has not moved while behind."""
+
+    stall_seconds: float
+    seen: dict[Any, tuple[int | None, float]] = field(default_factory=dict)
+    highwaters: dict[Any, int] = field(default_factory=dict)
+
+    def stalled(self, tp: Any, highwater: int | None, read: int | None, committed: int | None,
+                now: float) -> int | None:
+        """The offset to seek `tp` to when it is stalled, else None.
+
+        Behind: the highwater (next offset to be written) is past the next offset to read, which is
+        read + 1, else the committed offset, else 0. Stalled: behind with the same read offset for
+        `stall_seconds`."""
+        if highwater is None:  # the driver forgets it on a seek until a fetch answers: keep the last one
+            highwater = self.highwaters.get(tp)
+        else:
+            self.highwaters[tp] = highwater
+        next_offset = read + 1 if read is not None else (committed or 0)
+        if highwater is None or highwater <= next_offset:
+            self.seen.pop(tp, None)
+            return None
+        last = self.seen.get(tp)
+        if last is None or last[0] != read:
+            self.seen[tp] = (read, now)
+            return None
+        if now - last[1] < self.stall_seconds:
+            return None
+        self.seen[tp] = (read, now)  # give the seek a full period before judging again
+        return next_offset
+
+
+_progress = Progress(stall_seconds=settings.stall_seconds)
+_reseeked: dict[Any, tuple[asyncio.Future[Any], set[int | None]]] = {}
+"""Partition -> the seek and the read offsets that mean "nothing arrived since" (before the seek, and
+what the seek sets). The seek runs as a task of its own, so a slow one never holds up the timer."""
+
+
+def stalled_partitions() -> list[str]:
+    """Partitions a re-seek did not heal: /healthz reports them and fails."""
+    return sorted(_runtime.get("stalled", ()))
+
+
+def _wedged(tp: Any, why: str) -> None:
+    name = f"{tp.topic}-{tp.partition}"
+    if name not in _runtime.setdefault("stalled", set()):
+        log.error("partition %s still delivers nothing (%s): /healthz now fails so the worker is restarted", name, why)
+    _runtime["stalled"].add(name)
+
+
+@app.timer(interval=max(1.0, settings.stall_seconds / 3))
+async def partition_watchdog() -> None:
+    consumer = getattr(app, "_consumer", None)
+    if consumer is None or "processor" not in _runtime:
+        return
+    try:
+        ledger = _runtime.get("ledger")
+        if ledger is not None:
+            for tp in ledger.unanswered(time.monotonic(), after=2 * settings.stall_seconds):
+                _wedged(tp, "records were not delivered and seeking back to them brought nothing")
+        inputs = {settings.topics.memory_added, settings.topics.patterns}
+        committed = getattr(consumer, "_committed_offset", {})
+        read = getattr(consumer, "_read_offset", {})
+        full = set(getattr(consumer, "_buffered_partitions", None) or ())  # paused by flow control: not stalled
+        now = time.monotonic()
+        assigned = consumer.assignment()
+        for gone in set(_reseeked) - set(assigned):  # moved to another worker: a fresh start if it returns
+            _reseeked.pop(gone)
+        for tp in assigned:
+            if tp.topic not in inputs or tp in full:
+                continue
+            target = _progress.stalled(tp, consumer.highwater(tp), read.get(tp), committed.get(tp), now)
+            if target is None:
+                continue
+            if tp in _reseeked and read.get(tp) in _reseeked[tp][1]:
+                seek = _reseeked[tp][0]
+                _wedged(tp, "a re-seek did not help" if seek.done() else "the seek did not return")
+                continue
+            log.warning("partition %s-%d: records up to %s waiting, none delivered for %.0fs: seeking to %d",
+                        tp.topic, tp.partition, consumer.highwater(tp), settings.stall_seconds, target)
+            RESEEKS.labels(tp.topic).inc()
+            _reseeked[tp] = (asyncio.ensure_future(consumer.seek(tp, target)), {read.get(tp), target or None})
+    except Exception:  # a timer that raises crashes the worker; the next tick looks again
+        log.exception("partition watchdog failed")

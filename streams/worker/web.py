@@ -1,0 +1,104 @@
+"""The worker's HTTP pages: health, counts, reads, the consumer's state and Prometheus metrics."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+from aiohttp import web as aioweb
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+
+from dreamstream.streams.core import reads
+from dreamstream.streams.worker import metrics
+from dreamstream.streams.worker.app import _runtime, app, on_store_thread, processor
+from dreamstream.streams.worker.consolidation import access_event, accessed_topic
+from dreamstream.streams.worker.watchdog import stalled_partitions
+
+log = logging.getLogger("dreamstream.web")
+
+
+@app.page("/healthz")
+async def healthz(web: Any, request: Any) -> Any:
+    """Liveness: 503 when the partition watchdog found input it cannot get delivered (streams/worker/watchdog.py)."""
+    stalled = stalled_partitions()
+    if stalled:
+        return aioweb.json_response({"status": "stalled", "partitions": stalled}, status=503)
+    return aioweb.json_response({"status": "ok", "ready": "processor" in _runtime})
+
+
+@app.page("/v1/stats")
+async def stats_view(web: Any, request: Any) -> Any:
+    """How many memories the store holds, by status: for readiness checks and quick looks."""
+    if "processor" not in _runtime:
+        return aioweb.json_response({"ready": False}, status=503)
+    store = _runtime["processor"].store
+
+    def counts() -> dict[str, int]:
+        by_status = {s: store.count({"status": s}) for s in ("active", "superseded", "merged", "expired")}
+        return {"memories": sum(by_status.values()), **by_status}
+
+    return aioweb.json_response({"ready": True, **(await on_store_thread(counts))})
+
+
+@app.page("/v1/memories")
+async def memories_view(web: Any, request: Any) -> Any:
+    """GET ?user=U[&q=TEXT][&latest_only=1|&include_merged=1][&limit=N]: the same reads as the CLI."""
+    query = request.query
+    user = query.get("user")
+    if not user:
+        return aioweb.json_response({"error": "a read must name a user (?user=...)"}, status=400)
+    try:
+        mode = reads.mode_from_flags(_flag(query.get("latest_only")), _flag(query.get("include_merged")))
+        limit = int(query.get("limit", "50"))
+    except ValueError as exc:
+        return aioweb.json_response({"error": str(exc)}, status=400)
+    proc = await processor()
+    text = query.get("q")
+    if text:
+        rows = await on_store_thread(reads.search, proc.store, proc.embed, user, text, mode, limit)
+        if rows:  # a search is a recall: it feeds decay and co-access (streams/worker/consolidation.py)
+            await accessed_topic.send(key=user.encode(), value=access_event(user, [r["memory_id"] for r in rows]))
+    else:
+        rows = await on_store_thread(reads.get, proc.store, user, mode)
+    return aioweb.Response(body=orjson.dumps({"user": user, "mode": mode, "memories": rows}),
+                           content_type="application/json")
+
+
+def _flag(value: str | None) -> bool:
+    return value is not None and value.lower() in ("1", "true", "yes", "on", "")
+
+
+@app.timer(interval=2.0)
+async def consumer_lag_timer() -> None:
+    try:
+        metrics.update_consumer_lag(getattr(app, "_consumer", None))
+    except Exception:  # a timer that raises crashes the worker; the next tick tries again
+        log.debug("consumer lag not available", exc_info=True)
+
+
+@app.page("/v1/consumer")
+async def consumer_view(web: Any, request: Any) -> Any:
+    """Per assigned partition: highwater, committed and last read offsets, flow control; to tell a
+    stalled worker from an idle one."""
+    consumer = getattr(app, "_consumer", None)
+    if consumer is None:
+        return aioweb.json_response({"assigned": []})
+    committed: Mapping[Any, int | None] = getattr(consumer, "_committed_offset", {})
+    # Faust's own flow-control sets: a partition missing from `active` is not fetched.
+    active = set(getattr(consumer, "_active_partitions", None) or ())
+    paused = set(getattr(consumer, "_paused_partitions", None) or ())
+    buffered = set(getattr(consumer, "_buffered_partitions", None) or ())
+    read: Mapping[Any, int | None] = getattr(consumer, "_read_offset", {})
+    rows = [{"topic": tp.topic, "partition": tp.partition, "highwater": consumer.highwater(tp),
+             "committed": committed.get(tp), "read": read.get(tp), "fetching": tp in active, "paused": tp in paused,
+             "buffer_full": tp in buffered}
+            for tp in sorted(consumer.assignment())]
+    return aioweb.json_response({"flow_active": bool(getattr(consumer, "flow_active", True)), "assigned": rows})
+
+
+@app.page("/metrics")
+async def metrics_view(web: Any, request: Any) -> Any:
+    """The Prometheus text exposition of the default registry."""
+    return aioweb.Response(body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST})

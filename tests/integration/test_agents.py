@@ -1,0 +1,170 @@
+"""Unit tests of the Faust agents with `agent.test_context()`: events go straight into the agent's
+channel (no consumer group, no worker process), while the store, the model and the topics the
+agent writes to are real (an embedded store in tmp_path, the packaged model, the local broker)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import pytest_asyncio
+
+from dreamstream.schemas.memory import Memory
+from dreamstream.streams.core.ingest import Processor
+from dreamstream.streams.dev.localrun import consume_all
+from dreamstream.streams.store import EdgeStore
+from dreamstream.streams.worker import app as appmod
+from dreamstream.streams.worker import ingest as ingest_mod
+from tests.helpers import event, line
+
+# The Faust app and its producer belong to one event loop: every test here shares the module's.
+pytestmark = [pytest.mark.kafka, pytest.mark.asyncio(loop_scope="module")]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def producer(kafka: str) -> AsyncIterator[None]:
+    """The app's own producer, on the real broker, with the topics the agents write to."""
+    await appmod.app.producer.start()
+    for topic in (appmod.status_topic, appmod.dead_letter_topic, appmod.patterns_topic):
+        await topic.maybe_declare()
+    yield
+    await appmod.app.producer.stop()
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def proc(producer: None, tmp_path: Path, embedder: Any) -> AsyncIterator[Processor]:
+    """The worker's processor swapped for one on a fresh store."""
+    saved = dict(appmod._runtime)
+    processor = Processor(EdgeStore(tmp_path / "store"), embedder)
+    appmod._runtime["processor"] = processor
+    try:
+        yield processor
+    finally:
+        processor.store.close()
+        appmod._runtime.clear()
+        appmod._runtime.update(saved)
+
+
+async def wait_until(pred: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.1)
+
+
+def memory(proc: Processor, memory_id: str) -> Memory:
+    found = proc.store.retrieve([memory_id])
+    assert found, f"{memory_id} not stored"
+    return found[memory_id]
+
+
+async def test_ingest_agent_supersedes_in_event_order(kafka: str, proc: Processor) -> None:
+    user = f"agent-{uuid.uuid4().hex[:8]}"
+    async with ingest_mod.ingest.test_context() as agent:
+        await agent.put(key=user.encode(), value=line(event(1, user, "User lives in Lisbon.")), wait=False)
+        await agent.put(key=user.encode(), value=line(event(2, user, "I moved to Berlin last month.", day=2)),
+                        wait=False)
+        await wait_until(lambda: len(proc.store.retrieve([f"m-{user}-2"])) == 1)
+    old, new = memory(proc, f"m-{user}-1"), memory(proc, f"m-{user}-2")
+    assert (old.status, old.superseded_by) == ("superseded", new.memory_id)
+    assert new.status == "active" and old.memory_id in new.supersedes
+    status = await consume_all(kafka, appmod.status_topic.get_topic_name(), expect=1,
+                               keep=lambda r: r.key == user.encode())
+    assert [(s["memory_id"], s["from_status"], s["to_status"]) for s in status] == [
+        (old.memory_id, "active", "superseded")
+    ]
+    assert status[0]["evidence"], "a status event carries the decision's evidence"
+
+
+async def test_ingest_agent_dead_letters_bad_records_and_keeps_going(kafka: str, proc: Processor) -> None:
+    user = f"agent-{uuid.uuid4().hex[:8]}"
+    bad = [b"\xff\xfe " + user.encode(), b'{"type": "memory.added", "user_id": "' + user.encode() + b'"}']
+    async with ingest_mod.ingest.test_context() as agent:
+        for raw in bad:
+            await agent.put(key=user.encode(), value=raw, wait=False)
+        await agent.put(key=user.encode(), value=line(event(1, user, "Prefers tea over coffee.")), wait=False)
+        await wait_until(lambda: len(proc.store.retrieve([f"m-{user}-1"])) == 1)
+    assert proc.store.count({"user_id": user}) == 1
+    # Dead letters are unkeyed: ours are the ones carrying our original bytes.
+    ours = await consume_all(kafka, appmod.dead_letter_topic.get_topic_name(), expect=2,
+                             keep=lambda r: base64.b64decode(orjson.loads(r.value)["original_b64"]) in bad)
+    assert sorted(dl["reason"] for dl in ours) == ["missing_field", "undecodable"], ours
+    assert all(dl["topic"] and dl["offset"] is not None for dl in ours)
+
+
+async def test_control_agent_applies_once_and_bookkeeping_counts(kafka: str, proc: Processor) -> None:
+    """The control agent turns synthesis on (a table write), answers once; bookkeeping then counts eligible facts."""
+    from dreamstream.schemas.control import command
+    from dreamstream.streams.worker import control as ctl
+    from dreamstream.streams.worker import synthesis as sw
+
+    await ctl.replies_topic.maybe_declare()
+    user = f"agent-{uuid.uuid4().hex[:8]}"
+    project = f"p-{user}"
+    body = orjson.dumps(command("synthesis.enable", {"project": project, "boundary": "2026-01-01T00:00:00Z"}))
+    async with ctl.control.test_context() as agent:
+        await agent.put(key=b"c", value=body, wait=False)
+        await agent.put(key=b"c", value=body, wait=False)  # redelivered: no second effect, no second reply
+        await wait_until(lambda: sw.projects_table.get(project) is not None)
+    assert sw.projects_table[project] == {"enabled": True, "boundary": "2026-01-01T00:00:00Z"}
+    cid = orjson.loads(body)["id"]
+    answers = await consume_all(kafka, ctl.replies_topic.get_topic_name(), expect=2, timeout=5,
+                                keep=lambda r: r.key == cid.encode())
+    assert [a["outcome"] for a in answers] == ["ok"]
+
+    evs = [event(1, user, "Runs 40 km a week.", project_id=project),
+           event(2, user, "Logs rides on Strava.", project_id=project, app_id="fitness-app"),  # app-scoped
+           event(3, user, "Lifts weights on Mondays.", project_id=None),  # no project: synthesis off there
+           {**event(4, user, "Swims on Fridays.", project_id=project), "created_at": "2025-12-01T09:00:00Z"}]
+    async with sw.synthesis_bookkeeping.test_context() as agent:
+        for e in evs:
+            await agent.put(key=user.encode(), value=line(e), wait=False)
+        await agent.put(key=user.encode(), value=b"{broken", wait=False)  # ingest dead-letters it; skipped here
+        await wait_until(lambda: (sw.users_table.get(user) or {}).get("facts") == 4)
+    state = sw.users_table[user]
+    assert state["facts"] == 4 and state["eligible"] == 1  # only the user-scoped one after the boundary
+    assert not sw.due(state, "2026-02-01T00:00:00Z", 7.0)  # under 20 memories
+    assert sw.due({**state, "facts": 20}, "2026-02-01T00:00:00Z", 7.0)
+    assert not sw.due({**state, "facts": 20, "checked": 1}, "2026-02-01T00:00:00Z", 7.0)  # nothing new
+    assert not sw.due({**state, "facts": 20, "last_run": "2026-01-30T00:00:00Z"}, "2026-02-01T00:00:00Z", 7.0)
+
+
+async def test_scheduled_pass_runs_when_due_and_once_per_firing(proc: Processor,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The crontab timer's step: a due schedule runs `--auto` for its scope and records the run."""
+    from datetime import UTC, datetime, timedelta
+
+    from dreamstream.streams.core.ingest import Incoming
+    from dreamstream.streams.worker import consolidation as cw
+
+    monkeypatch.setattr(cw, "_owned", lambda: None)  # no consumer here: this process stands for the owner
+    table: dict[str, Any] = {}  # the GlobalTable's contents; outside a stream event Faust refuses writes
+    monkeypatch.setattr(cw, "schedules_table", table)
+
+    await cw.schedule_updates_topic.maybe_declare()
+    user = f"sx-{uuid.uuid4().hex[:6]}"
+    proc.process([Incoming(line(event(1, user, "Was halfway through the login refactor.", mtype="session_state")))])
+    entry = cw.schedule_command("consolidate.schedule", {"user": user, "schedule": "daily"})
+    sid = entry["schedule_id"]
+    assert await cw.run_due(datetime.now(UTC)) == []  # registered just now: not due until 03:00
+    two_days_ago = (datetime.now(UTC) - timedelta(days=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    table[sid] = {**entry, "registered_at": two_days_ago}
+    [done] = await cw.run_due(datetime.now(UTC))
+    assert done["mode"] == "auto" and done["pruned"] == 1
+    assert done["line"] == f"[dream --auto] project={user}  merged=0  pruned=1  conflicts_skipped=0"
+    assert await cw.run_due(datetime.now(UTC)) == []  # the same firing never runs twice
+    # The timer's update goes to the table through its own topic (tables change inside stream events).
+    updates = await consume_all(appmod.settings.bootstrap_servers, cw.schedule_updates_topic.get_topic_name(), 1,
+                                20, keep=lambda r: r.key == sid.encode())
+    assert updates[-1]["firings"] == 1 and updates[-1]["last_run"]["pruned"] == 1
+    assert proc.store.retrieve([f"m-{user}-1"])[f"m-{user}-1"].status == "expired"
+    assert cw.schedule_command("schedule.remove", {"schedule_id": sid})["removed"]
+    assert sid not in [e["schedule_id"] for e in cw.schedule_command("schedule.list", {})["schedules"]]

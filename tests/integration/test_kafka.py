@@ -1,0 +1,163 @@
+"""End to end through the project's real Kafka broker: a `dream worker` process, events produced
+with kcat and with aiokafka, dead letters on their topic, a SIGKILL mid-stream, and the same
+export as `dream replay` of the same events."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from dreamstream.streams.core.replay import export_rows, replay_file
+from dreamstream.streams.dev.localrun import WorkerProcess, consume_all, produce
+from dreamstream.streams.store import EdgeStore
+from tests.conftest import ROOT
+from tests.helpers import comparable
+
+pytestmark = pytest.mark.kafka
+CASE = ROOT / "bench" / "cases" / "heldout" / "events.jsonl"
+"""The project's own labelled case: the tests need nothing from outside the checkout."""
+
+
+def sample_events(n_users: int = 12) -> list[bytes]:
+    """All events of a few users of the held-out case, in file order: supersede chains, merges and
+    hard negatives (12 users: about 250 events)."""
+    lines = CASE.read_bytes().splitlines()
+    users: list[str] = []
+    for raw in lines:
+        uid = orjson.loads(raw)["user_id"]
+        if uid not in users:
+            users.append(uid)
+        if len(users) == n_users:
+            break
+    return [raw for raw in lines if orjson.loads(raw)["user_id"] in users]
+
+
+@pytest.fixture
+def worker(kafka: str, unique: str, tmp_path: Path) -> Iterator[WorkerProcess]:
+    w = WorkerProcess(kafka, f"test-{unique}", tmp_path)
+    yield w
+    w.stop()
+
+
+def replay_export(records: list[bytes], tmp: Path, embedder) -> list[dict]:
+    from dreamstream.streams.core.ingest import Processor
+
+    path = tmp / "replay.jsonl"
+    path.write_bytes(b"\n".join(records) + b"\n")
+    store = EdgeStore(tmp / "replay-store")
+    replay_file(path, store, processor=Processor(store, embedder))
+    rows = export_rows(store)
+    store.close()
+    return rows
+
+
+def stream_export(worker: WorkerProcess) -> list[dict]:
+    worker.stop()
+    store = EdgeStore(worker.store_dir)
+    rows = export_rows(store)
+    store.close()
+    return rows
+
+
+def test_stream_equals_replay_with_kcat_and_aiokafka(kafka, worker, tmp_path, embedder) -> None:
+    records = sample_events()
+    bad = [b"{not json", orjson.dumps({"type": "memory.added", "event_id": "x1", "memory_id": "x1",
+                                       "user_id": "u-bad", "created_at": "2026-01-01T00:00:00Z"})]
+    worker.start()
+    half = len(records) // 2
+    if shutil.which("kcat"):
+        # kcat: an independent client; key and value split on a tab.
+        payload = b"".join(orjson.loads(r)["user_id"].encode() + b"\t" + r + b"\n" for r in records[:half])
+        subprocess.run(["kcat", "-P", "-b", kafka, "-t", worker.topics["added"], "-K", "\t"],
+                       input=payload, check=True, timeout=60)
+        rest = records[half:]
+    else:
+        rest = records
+    asyncio.run(produce(kafka, worker.topics["added"], rest + bad))
+    worker.wait_for(lambda s: s["memories"] >= len(records))
+    dead = asyncio.run(consume_all(kafka, worker.topics["dead"], expect=2))
+    assert sorted(d["reason"] for d in dead) == ["invalid_json", "missing_field"]
+    assert all(d["topic"] == worker.topics["added"] and d["offset"] is not None for d in dead)
+    statuses = asyncio.run(consume_all(kafka, worker.topics["status"], expect=1))
+    assert statuses and {"decision_id", "memory_id", "from_status", "to_status", "evidence"} <= set(statuses[0])
+    got = stream_export(worker)
+    assert len(got) == len(records)
+    assert comparable(got) == comparable(replay_export(records, tmp_path, embedder))
+
+
+def test_sigkill_mid_stream_loses_and_doubles_nothing(kafka, worker, tmp_path, embedder) -> None:
+    records = sample_events()
+    worker.start()
+    asyncio.run(produce(kafka, worker.topics["added"], records))
+    worker.wait_for(lambda s: s["memories"] >= 20)
+    worker.kill()
+    worker.start()
+    worker.wait_for(lambda s: s["memories"] >= len(records))
+    got = stream_export(worker)
+    assert len(got) == len({r["memory_id"] for r in got}) == len(records)
+    assert comparable(got) == comparable(replay_export(records, tmp_path, embedder))
+
+
+def test_http_reads_follow_the_three_modes(kafka, worker) -> None:
+    lisbon = {"type": "memory.added", "event_id": "h1", "memory_id": "h1", "user_id": "reader",
+              "text": "User lives in Lisbon.", "created_at": "2026-01-01T09:00:00Z", "metadata": {}}
+    berlin = {**lisbon, "event_id": "h2", "memory_id": "h2", "text": "I moved to Berlin.",
+              "created_at": "2026-02-01T09:00:00Z"}
+    worker.start()
+    asyncio.run(produce(kafka, worker.topics["added"], [orjson.dumps(lisbon), orjson.dumps(berlin)]))
+    worker.wait_for(lambda s: s["memories"] >= 2 and s["superseded"] >= 1)
+
+    added = [r for r in worker.consumer_state()["assigned"] if r["topic"] == worker.topics["added"]]
+    assert len(added) == 4 and all(r["fetching"] and not r["paused"] for r in added)
+    assert sum(r["highwater"] or 0 for r in added) >= 2  # both events are on the worker's partitions
+
+    read = worker.read
+    assert [m["label"] for m in read("user=reader")["memories"]] == ["history", "current"]
+    assert [m["memory_id"] for m in read("user=reader&latest_only=1")["memories"]] == ["h2"]
+    assert read("user=reader&q=where%20does%20the%20user%20live")["memories"][0]["memory_id"] in ("h1", "h2")
+    with pytest.raises(urllib.error.HTTPError) as info:
+        read("latest_only=1")
+    assert info.value.code == 400
+
+
+def test_transactional_producers_offset_gaps_are_passed_over_not_waited_on(kafka, worker) -> None:
+    """Each transaction's commit marker takes an offset that holds no record: ingest asks the log,
+    passes over it and stores every event, in order, without a seek loop or a stall."""
+    from aiokafka import AIOKafkaProducer
+
+    records = sample_events(n_users=2)
+
+    async def produce_in_transactions() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=kafka, transactional_id=f"tx-{worker.topics['added']}")
+        await producer.start()
+        try:
+            for raw in records:
+                async with producer.transaction():
+                    await producer.send(worker.topics["added"], raw, key=orjson.loads(raw)["user_id"].encode())
+        finally:
+            await producer.stop()
+
+    worker.start()
+    asyncio.run(produce_in_transactions())
+    worker.wait_for(lambda s: s["memories"] >= len(records))
+    added = [r for r in worker.consumer_state()["assigned"] if r["topic"] == worker.topics["added"]]
+    loaded = [r for r in added if r["highwater"]]
+    assert loaded
+    # Committed up to the last record: only its trailing marker (no record to store) is left behind.
+    deadline = time.monotonic() + 30
+    while any((r["committed"] or 0) < r["highwater"] - 1 for r in loaded) and time.monotonic() < deadline:
+        time.sleep(0.5)
+        added = [r for r in worker.consumer_state()["assigned"] if r["topic"] == worker.topics["added"]]
+        loaded = [r for r in added if r["highwater"]]
+    assert all(r["committed"] == r["highwater"] - 1 for r in loaded), loaded
+    assert sum(r["highwater"] for r in loaded) == 2 * len(records)  # a marker after every record
+    got = stream_export(worker)
+    assert len(got) == len(records)

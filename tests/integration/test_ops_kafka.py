@@ -1,0 +1,177 @@
+"""Through the real broker and a real `dream worker`: ops commands on `dream.control` with their
+replies, settings that survive a restart, and synthesis run by the worker's timer with pattern
+events on `memory.patterns` and run records on `dream.synthesis.runs`."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from dreamstream.schemas.control import command
+from dreamstream.streams.dev.localrun import WorkerProcess, consume_all, produce
+from tests.unit.test_synthesis_runner import events as synth_events
+
+pytestmark = pytest.mark.kafka
+
+
+@pytest.fixture
+def worker(kafka: str, unique: str, tmp_path: Path) -> Iterator[WorkerProcess]:
+    w = WorkerProcess(kafka, f"ops-{unique}", tmp_path, extra_env={"DREAM_SYNTHESIS_CHECK_SECONDS": "1"})
+    yield w
+    w.stop()
+
+
+def dream_control(w: WorkerProcess, *args: str) -> tuple[int, dict[str, Any]]:
+    """`dream control ...` as a person at a shell would run it, against the worker's topics."""
+    dream = str(Path(sys.executable).with_name("dream"))
+    out = subprocess.run([dream, "control", *args, "--timeout", "60"], env=w.env, capture_output=True, timeout=120)
+    assert out.stdout, out.stderr.decode()[-2000:]
+    return out.returncode, orjson.loads(out.stdout)
+
+
+def replies(w: WorkerProcess, command_id: str, expect: int = 1, timeout: float = 10) -> list[dict[str, Any]]:
+    return asyncio.run(consume_all(w.kafka, w.topics["replies"], expect, timeout,
+                                   keep=lambda r: r.key == command_id.encode()))
+
+
+def send_raw(w: WorkerProcess, records: list[bytes]) -> None:
+    asyncio.run(produce(w.kafka, w.topics["control"], records))
+
+
+def wait(pred: Any, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError("not reached in time")
+        time.sleep(0.5)
+
+
+def test_control_commands_replies_and_settings_survive_restart(worker: WorkerProcess) -> None:
+    worker.start()
+    rc, enabled = dream_control(worker, "synthesis.enable", "project=demo", "boundary=2025-01-01T00:00:00Z")
+    assert rc == 0 and enabled["outcome"] == "ok" and enabled["details"]["boundary"] == "2025-01-01T00:00:00Z"
+    rc, retention = dream_control(worker, "retention.set", 'policies={"session_state": 30, "scratch": null}')
+    assert rc == 0 and retention["details"]["retention"] == {"session_state": 30, "scratch": None}
+
+    # The same command id twice: applied once, answered once.
+    body = command("synthesis.disable", {"project": "other"}, command_id="repeat-1")
+    send_raw(worker, [orjson.dumps(body), orjson.dumps(body)])
+    # Malformed and unknown commands: a rejected reply each and a dead letter, nothing changed.
+    send_raw(worker, [b'{"type": "dream.control", "id": "bad-1", "command": "reboot"}',
+                      b'{"type": "dream.control", "id": "bad-2", "command": "undo", "args": {}}',
+                      orjson.dumps({**body, "args": {"project": "third"}})])  # id reused for other content
+    assert len(replies(worker, "repeat-1", expect=3)) == 2  # the original's and the reuse's refusal
+    (bad1,) = replies(worker, "bad-1")
+    (bad2,) = replies(worker, "bad-2")
+    assert (bad1["outcome"], bad1["details"]["reason"]) == ("rejected", "unknown_command")
+    assert (bad2["outcome"], bad2["details"]["reason"]) == ("rejected", "missing_field")
+    dead = asyncio.run(consume_all(worker.kafka, worker.topics["dead"], 3, 20))
+    assert sorted(d["reason"] for d in dead) == ["id_reused", "missing_field", "unknown_command"]
+
+    rc, failed = dream_control(worker, "undo", "decision_id=no-such-decision")
+    assert rc == 1 and failed["outcome"] == "error" and "no-such-decision" in failed["details"]["error"]
+
+    worker.stop()
+    worker.start()
+    rc, shown = dream_control(worker, "settings.show")
+    assert rc == 0
+    assert shown["details"]["synthesis"]["demo"] == {"enabled": True, "boundary": "2025-01-01T00:00:00Z"}
+    assert shown["details"]["synthesis"]["other"]["enabled"] is False
+    assert "third" not in shown["details"]["synthesis"]
+    assert shown["details"]["retention"] == {"session_state": 30, "scratch": None}
+
+
+def test_pause_resume_erase(worker: WorkerProcess) -> None:
+    from tests.helpers import event, line
+
+    worker.start()
+    asyncio.run(produce(worker.kafka, worker.topics["added"], [line(event(1, "px", "Lives in Porto."))]))
+    worker.wait_for(lambda s: s.get("memories") == 1, timeout=60)
+    assert dream_control(worker, "ingest.pause")[1]["details"] == {"paused": True}
+    time.sleep(3)  # the pause is enforced on the assigned partitions
+    asyncio.run(produce(worker.kafka, worker.topics["added"], [line(event(2, "px", "Has two sons."))]))
+    time.sleep(4)
+    assert worker.stats()["memories"] == 1  # held back while paused ...
+    assert dream_control(worker, "ingest.resume")[1]["details"] == {"paused": False}
+    worker.wait_for(lambda s: s.get("memories") == 2, timeout=60)  # ... and nothing lost
+    rc, erased = dream_control(worker, "erase", "user=px")
+    assert rc == 0 and erased["details"]["deleted"] == 2
+    assert worker.read("user=px&include_merged=1")["memories"] == []
+    audit = asyncio.run(consume_all(worker.kafka, worker.topics["status"], 1, 20,
+                                    keep=lambda r: orjson.loads(r.value).get("action") == "erase"))
+    assert audit and audit[0]["evidence"]["deleted"] == 2 and "text" not in orjson.dumps(audit[0]).decode()
+
+
+def test_worker_synthesises_on_its_timer_once_per_evidence(worker: WorkerProcess) -> None:
+    worker.start()
+    rc, _ = dream_control(worker, "synthesis.enable", "boundary=2025-01-01T00:00:00Z")
+    assert rc == 0
+    evs = synth_events("syn-u") + synth_events("other-u", texts=["Has a cat.", "Likes tea.", "Runs daily."])
+    evs.append({**synth_events("scoped-u")[0], "app_id": "chat"})
+    asyncio.run(produce(worker.kafka, worker.topics["added"], [orjson.dumps(e) for e in evs]))
+    mine = {e["memory_id"] for e in evs if e["user_id"] == "syn-u"}
+    pats = asyncio.run(consume_all(worker.kafka, worker.topics["patterns"], 1, 120))
+    assert pats, "no pattern event on memory.patterns"
+    assert {p["user_id"] for p in pats} == {"syn-u"}  # under 20 memories: no pattern for other-u
+    assert all(set(p["sources"]) <= mine and len(p["sources"]) >= 3 for p in pats)
+    wait(lambda: any(m["kind"] == "pattern" for m in worker.read("user=syn-u")["memories"]))
+    runs = asyncio.run(consume_all(worker.kafka, worker.topics["runs"], 1, 30))
+    ran = [r for r in runs if r["ran"]]
+    assert ran and ran[0]["user_id"] == "syn-u" and ran[0]["memories_considered"] == len(mine)
+    assert ran[0]["themes"] >= 1 and ran[0]["patterns_written"] == len(pats)
+
+    # A restart replays the tables' changelogs: the user is not due again, no second pattern.
+    worker.stop()
+    worker.start()
+    time.sleep(6)
+    again = asyncio.run(consume_all(worker.kafka, worker.topics["patterns"], len(pats) + 1, 5))
+    assert len(again) == len(pats)
+    stored = [m for m in worker.read("user=syn-u&include_merged=1")["memories"] if m["kind"] == "pattern"]
+    assert len(stored) == len(pats)
+
+
+def test_consolidation_over_the_control_topic_schedules_and_access(worker: WorkerProcess) -> None:
+    """A dry-run plan and its approval, a schedule registered, listed and removed with the CLI, and a
+    search through the worker recorded as an access (memory.accessed) of what it returned."""
+    from tests.helpers import event, line
+
+    worker.start()
+    texts = ["Use PostgreSQL for auth.", "Auth DB is PostgreSQL 15 on port 5432.",
+             "Was halfway through the login refactor."]
+    evs = [event(i + 1, "cx", t, day=i + 1, mtype="session_state" if i == 2 else "project_decision")
+           for i, t in enumerate(texts)]
+    asyncio.run(produce(worker.kafka, worker.topics["added"], [line(e) for e in evs]))
+    worker.wait_for(lambda s: s.get("memories") == 3, timeout=60)
+    rc, plan = dream_control(worker, "consolidate.run", "user=cx", "mode=dry_run")
+    assert rc == 0 and plan["details"]["mode"] == "dry_run", plan
+    assert plan["details"]["report"].startswith("## Dream — Memory Consolidation Report")
+    assert len(plan["details"]["prunes"]) == 1  # the year-old session_state memory (90-day policy)
+    rc, approved = dream_control(worker, "consolidate.approve", f"plan_id={plan['details']['plan_id']}")
+    assert rc == 0 and approved["details"]["pruned"] == 1
+    rc, again = dream_control(worker, "consolidate.approve", f"plan_id={plan['details']['plan_id']}")
+    assert rc == 1 and again["outcome"] == "error"  # a plan is applied once
+
+    dream = str(Path(sys.executable).with_name("dream"))
+    out = subprocess.run([dream, "consolidate", "--user", "cx", "--app", "proj", "--schedule", "weekly"],
+                         env=worker.env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "scheduled sched-" in out.stdout, out.stderr[-2000:]
+    sid = out.stdout.split()[1].rstrip(":")
+    listed = subprocess.run([dream, "schedule", "list"], env=worker.env, capture_output=True, text=True, timeout=120)
+    assert sid in listed.stdout and "weekly" in listed.stdout and "app=proj" in listed.stdout
+    subprocess.run([dream, "schedule", "remove", sid], env=worker.env, check=True, capture_output=True, timeout=120)
+    listed = subprocess.run([dream, "schedule", "list"], env=worker.env, capture_output=True, text=True, timeout=120)
+    assert sid not in listed.stdout and "(no schedules)" in listed.stdout
+
+    hits = worker.read("user=cx&q=which%20database%20for%20auth&limit=1")["memories"]
+    assert hits
+    wait(lambda: worker.read("user=cx&include_merged=1")["memories"] and any(
+        r.get("access_count") == 1 and r["memory_id"] == hits[0]["memory_id"]
+        for r in worker.read("user=cx&include_merged=1")["memories"]), timeout=60)

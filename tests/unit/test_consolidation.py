@@ -1,0 +1,399 @@
+"""The consolidation pass (report, answers, apply, undo, --auto, retention) and light/full consolidation.
+
+The report's text is asserted whole: people and scripts read it. The pass runs on the real model and
+the embedded store; the interactive answers go through a real pseudo-terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from dreamstream.agents import consolidation as cons
+from dreamstream.schemas import contracts
+from dreamstream.schemas.memory import Memory
+from dreamstream.streams.core import consolidation as runner
+from dreamstream.streams.core import reads
+from dreamstream.streams.core.ingest import Processor
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+DREAM = str(Path(sys.executable).with_name("dream"))
+
+# id, text, created_at, metadata
+SCOPE = [
+    ("pg-1", "Use PostgreSQL for auth.", "2026-01-05T10:00:00Z", {"type": "project_decision", "confidence": 0.8}),
+    ("pg-2", "Auth DB is PostgreSQL 15 on port 5432.", "2026-02-05T10:00:00Z",
+     {"type": "project_decision", "confidence": 0.9}),
+    ("fri-1", "The team deploys on Fridays.", "2026-01-10T10:00:00Z", {"type": "workflow", "confidence": 0.6}),
+    ("fri-2", "The team no longer deploys on Fridays.", "2026-03-10T10:00:00Z",
+     {"type": "workflow", "confidence": 0.9}),
+    ("sess-1", "Was halfway through the login refactor.", "2026-01-01T10:00:00Z", {"type": "session_state"}),
+    ("vague-1", "User likes things tidy.", "2026-11-01T10:00:00Z", {"type": "preference", "confidence": 0.2}),
+    ("path-1", "Maybe look at src/auth/tokens.py later.", "2026-11-01T10:00:00Z",
+     {"type": "preference", "confidence": 0.2}),
+    ("pin-1", "Never touch the billing table.", "2025-01-01T10:00:00Z", {"type": "session_state", "pinned": True}),
+]
+EXPECTED_REPORT = """## Dream — Memory Consolidation Report
+
+### Merge proposals (1 pairs)
+MERGE [mem:pg-1] + [mem:pg-2] → NEW
+  - Original 1: "Use PostgreSQL for auth."
+  - Original 2: "Auth DB is PostgreSQL 15 on port 5432."
+  - Merged:     "Auth DB is PostgreSQL 15 on port 5432; use PostgreSQL for auth."
+
+### Contradictions (1 pairs)
+CONFLICT [mem:fri-2] vs [mem:fri-1]
+  - A: "The team no longer deploys on Fridays." (2026-03-10, confidence: 0.9)
+  - B: "The team deploys on Fridays." (2026-01-10, confidence: 0.6)
+  Which is current? [A/B/skip]
+
+### Prune candidates (2 memories)
+PRUNE [mem:sess-1] — session_state, 334d old (policy: 90d)
+PRUNE [mem:vague-1] — preference, 30d old (policy: confidence 0.2 < 0.3)
+
+---
+Proposed: 1 merges, 2 prunes, 1 conflicts
+Apply? [Y/n]"""
+
+
+def memories(embedder: Any, rows: list[tuple[str, str, str, dict[str, Any]]] = SCOPE, user: str = "u1",
+             app: str | None = "proj") -> list[Memory]:
+    vectors, feats = embedder.encode_with_features([r[1] for r in rows])  # as ingest stores them
+    return [Memory(memory_id=i, user_id=user, text=t, created_at=c, updated_at=c, app_id=app, metadata=dict(md),
+                   vector=v, features=f.to_payload())
+            for (i, t, c, md), v, f in zip(rows, vectors, feats, strict=True)]
+
+
+def plan_of(ms: list[Memory], retention: dict[str, int | None] | None = None) -> cons.Plan:
+    return cons.analyse(ms, project="proj", user_id="u1", app_id="proj", now=NOW,
+                        retention=cons.DEFAULT_RETENTION if retention is None else retention)
+
+
+@pytest.fixture
+def proc(edge_store: Any, embedder: Any) -> Processor:
+    edge_store.upsert(memories(embedder))
+    return Processor(edge_store, embedder)
+
+
+# --- the report -----------------------------------------------------------------------------------
+
+
+def test_report_with_all_three_sections(embedder: Any) -> None:
+    assert cons.render_report(plan_of(memories(embedder))) == EXPECTED_REPORT
+
+
+def test_report_with_only_merges_and_when_empty(embedder: Any) -> None:
+    only_merge = [r for r in SCOPE if r[0].startswith("pg-")]
+    report = cons.render_report(plan_of(memories(embedder, only_merge)))
+    head, _, _ = EXPECTED_REPORT.partition("### Contradictions")
+    assert report == head + "---\nProposed: 1 merges, 0 prunes, 0 conflicts\nApply? [Y/n]"
+    assert "### Prune" not in report
+    assert cons.render_report(plan_of(memories(embedder, [SCOPE[0]]))) == cons.NOTHING
+    assert cons.NOTHING == "Dream complete. No duplicate, contradictory, or stale memories found."
+    assert cons.no_memories("proj") == "No memories found for project proj. Nothing to consolidate."
+
+
+def test_pinned_memories_are_never_proposed(embedder: Any) -> None:
+    plan = plan_of(memories(embedder), retention={"session_state": 0})
+    touched = {m.a.memory_id for m in plan.merges} | {m.b.memory_id for m in plan.merges}
+    touched |= {c.a.memory_id for c in plan.conflicts} | {c.b.memory_id for c in plan.conflicts}
+    touched |= {p.memory.memory_id for p in plan.prunes}
+    assert "pin-1" not in touched and "sess-1" in touched
+
+
+def test_project_specific_low_confidence_memory_is_kept(embedder: Any) -> None:
+    pruned = {p.memory.memory_id for p in plan_of(memories(embedder)).prunes}
+    assert "vague-1" in pruned and "path-1" not in pruned
+    assert cons.is_specific("Run make bench before tagging v2.3") and not cons.is_specific("Likes tea.")
+
+
+def test_retention_file_missing_broken_or_valid(tmp_path: Path) -> None:
+    missing, warning = runner.load_retention(tmp_path / "nope.json")
+    assert missing == cons.DEFAULT_RETENTION and warning and "not found" in warning
+    broken = tmp_path / "broken.json"
+    broken.write_text("{session_state: 30")
+    policies, warning = runner.load_retention(broken)
+    assert policies == {"session_state": 90, "compact_summary": 90} and warning and "defaults" in warning
+    bad_value = tmp_path / "bad.json"
+    bad_value.write_text('{"session_state": "soon"}')
+    assert runner.load_retention(bad_value)[0] == cons.DEFAULT_RETENTION
+    good = tmp_path / "good.json"
+    good.write_text('{"session_state": 7, "compact_summary": null, "scratch": 1}')
+    assert runner.load_retention(good) == ({"session_state": 7, "compact_summary": None, "scratch": 1}, None)
+
+
+# --- applying, undo, --auto -----------------------------------------------------------------------
+
+
+def test_apply_merges_resolves_prunes_and_undo_reverts_the_pass(proc: Processor) -> None:
+    store = proc.store
+    plan, found = runner.make_plan(store, "u1", "proj", cons.DEFAULT_RETENTION, now=NOW)
+    assert found == len(SCOPE) and plan.plan_id == runner.make_plan(store, "u1", "proj", cons.DEFAULT_RETENTION,
+                                                                    now=NOW)[0].plan_id
+    outcome, events = runner.apply_plan(store, proc.embed, plan, {0: "A"})
+    assert (outcome.merged_pairs, outcome.new_memories, outcome.resolved, outcome.skipped, outcome.pruned) == \
+        (1, 1, 1, 0, 2)
+    got = store.retrieve([r[0] for r in SCOPE])
+    [new_id] = {got["pg-1"].merged_into, got["pg-2"].merged_into}
+    canonical = store.retrieve([new_id])[new_id]
+    assert canonical.status == "active" and sorted(canonical.merged_from) == ["pg-1", "pg-2"]
+    assert canonical.metadata == {"type": "project_decision", "confidence": 0.9, "source": "dream-consolidate"}
+    assert got["fri-1"].status == "superseded" and got["fri-1"].superseded_by == "fri-2"
+    assert got["fri-1"].text == "The team deploys on Fridays."  # the loser's text is kept
+    assert got["sess-1"].status == "expired" and got["vague-1"].status == "expired"
+    assert got["pin-1"].status == "active" and got["pin-1"].decision_ids == []
+    default_ids = {r["memory_id"] for r in reads.get(store, "u1")}
+    assert {"pg-1", "sess-1"}.isdisjoint(default_ids) and {new_id, "fri-1"} <= default_ids
+    assert {"pg-1", "sess-1"} <= {r["memory_id"] for r in reads.get(store, "u1", "include_merged")}
+    assert len(events) == 6 and {e["decision_id"] for e in events} == {outcome.decision_id}
+    for e in events:
+        contracts.validate("memory.status", e)
+    # The pass is one decision: undo brings every memory back and retires what it wrote.
+    assert outcome.decision_id is not None
+    undone = proc.undo(outcome.decision_id)
+    back = store.retrieve(["pg-1", "pg-2", "fri-1", "sess-1", "vague-1", new_id])
+    assert all(back[m].status == "active" for m in ("pg-1", "pg-2", "fri-1", "sess-1", "vague-1"))
+    assert back["pg-1"].merged_into is None and back["fri-1"].superseded_by is None
+    assert back[new_id].status == "expired" and len(undone) == 6
+    for e in undone:
+        contracts.validate("memory.status", e)
+    with pytest.raises(ValueError):
+        proc.undo(outcome.decision_id)
+
+
+def test_hard_delete_really_deletes_the_pruned(proc: Processor) -> None:
+    plan, _ = runner.make_plan(proc.store, "u1", "proj", cons.DEFAULT_RETENTION, now=NOW)
+    outcome, events = runner.apply_plan(proc.store, proc.embed, plan, hard_delete=True)
+    assert outcome.pruned == 2 and "deleted" in cons.render_summary(outcome)
+    assert proc.store.retrieve(["sess-1", "vague-1"]) == {}
+    assert sorted(e["memory_id"] for e in events if e["to_status"] == "deleted") == ["sess-1", "vague-1"]
+
+
+def test_summary_and_auto_line_texts() -> None:
+    o = cons.Outcome(merged_pairs=2, new_memories=2, pruned=3, resolved=1, skipped=4)
+    assert cons.render_summary(o) == (
+        "Dream complete.\n  Merged:  2 pairs → 2 new memories\n  Pruned:  3 memories expired\n"
+        "  Flagged: 1 contradictions resolved, 4 skipped")
+    assert cons.auto_line("proj", o) == "[dream --auto] project=proj  merged=2  pruned=3  conflicts_skipped=4"
+    assert [cons.parse_choice(a) for a in ("a", "B", "", "skip", "x")] == ["A", "B", None, None, None]
+    assert [cons.parse_confirm(a) for a in ("", "y", "Y", "n", "No")] == [True, True, True, False, False]
+
+
+def _dream(*args: str, store: Path, timeout: float = 180, **env_extra: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "DREAM_RETENTION_FILE": "", **env_extra}
+    return subprocess.run([DREAM, *args, "--store", str(store)], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _filled_store(tmp_path: Path, embedder: Any) -> Path:
+    from dreamstream.streams.store import EdgeStore
+
+    path = tmp_path / "store"
+    s = EdgeStore(path)
+    s.upsert(memories(embedder))
+    s.close()
+    return path
+
+
+def _pty_run(args: list[str], answers: list[str], timeout: float = 180) -> str:
+    """Runs the command on a pseudo-terminal, typing each answer when its prompt shows; returns the screen."""
+    main, sub = pty.openpty()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "DREAM_RETENTION_FILE": ""}
+    p = subprocess.Popen(args, stdin=sub, stdout=sub, stderr=sub, env=env, close_fds=True)
+    os.close(sub)
+    screen = b""
+    prompts = [b"[A/B/skip]", b"Apply? [Y/n]"]
+    pending = list(answers)
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([main], [], [], 0.5)
+            if ready:
+                try:
+                    chunk = os.read(main, 4096)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                screen += chunk
+                while pending and screen.count(prompts[0]) + screen.count(prompts[1]) > len(answers) - len(pending):
+                    os.write(main, pending.pop(0).encode() + b"\n")
+            elif p.poll() is not None:
+                break
+    finally:
+        p.wait(timeout=30)
+        os.close(main)
+    return screen.decode(errors="replace").replace("\r\n", "\n")
+
+
+def test_interactive_answers_through_a_terminal(tmp_path: Path, embedder: Any) -> None:
+    from dreamstream.streams.store import EdgeStore
+
+    store_dir = _filled_store(tmp_path, embedder)
+    base = [DREAM, "consolidate", "--user", "u1", "--app", "proj", "--store", str(store_dir)]
+    cancelled = _pty_run(base, ["b", "n"])
+    assert "Which is current? [A/B/skip]" in cancelled and cancelled.rstrip().endswith("Cancelled. No changes made.")
+    s = EdgeStore(store_dir)
+    assert all(m.status == "active" for m in s.scroll({"user_id": "u1"}))
+    s.close()
+    screen = _pty_run(base, ["B", ""])  # B is current; empty = yes
+    assert "Dream complete.\n  Merged:  1 pairs → 1 new memories\n  Pruned:  2 memories expired\n" \
+           "  Flagged: 1 contradictions resolved, 0 skipped" in screen
+    s = EdgeStore(store_dir)
+    try:
+        got = s.retrieve(["fri-1", "fri-2"])
+        assert got["fri-2"].status == "superseded" and got["fri-2"].superseded_by == "fri-1"
+    finally:
+        s.close()
+
+
+# --- control topic plans ---------------------------------------------------------------------------
+
+
+def test_control_dry_run_plan_then_approve(proc: Processor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DREAM_DATA_DIR", str(tmp_path / "data"))
+    details, events = runner.control(proc, "consolidate.run", {"user": "u1", "app": "proj"}, {"session_state": 90})
+    assert details["mode"] == "dry_run" and not events and details["report"].startswith("## Dream")
+    assert all(m.status == "active" for m in proc.store.scroll({"user_id": "u1"}))
+    approved, events = runner.control(proc, "consolidate.approve", {"plan_id": details["plan_id"]}, None)
+    assert approved["approved"] and approved["resolved"] == 1 and events  # the conflict at its likely winner
+    assert proc.store.retrieve(["fri-1"])["fri-1"].superseded_by == "fri-2"
+    with pytest.raises(KeyError):
+        runner.control(proc, "consolidate.approve", {"plan_id": details["plan_id"]}, None)
+
+
+# --- decay, co-access, clustering --------------------------------------------------------------------
+
+
+def test_decay_formula() -> None:
+    assert cons.retrievability(0, 3.0) == 1.0
+    assert cons.retrievability(3.0, 3.0) == pytest.approx(1.9 ** -0.5)
+    assert cons.retrievability(30, 30) > cons.retrievability(30, 3)  # stabler memories fade slower
+    assert cons.next_stability(3.0, 10.0) > cons.next_stability(3.0, 0.5) > 3.0  # harder recall, bigger gain
+    assert cons.rank_factor(10_000, 1.0) == pytest.approx(cons.RANK_FLOOR, abs=0.01)  # a floor, never zero
+
+
+def test_co_access_strengthens_fades_and_normalises() -> None:
+    links = cons.strengthen({}, [["a", "b"], ["a", "b", "c"]])  # a and b read together twice, c once
+    assert links["a"]["b"] == pytest.approx(0.51) and links["a"]["c"] == pytest.approx(0.3)
+    assert links["b"]["a"] == links["a"]["b"]
+    links = cons.strengthen(links, [["a", "b"]])
+    assert links["a"]["b"] == pytest.approx(0.657) and links["a"]["c"] == pytest.approx(0.27)
+    faded = links
+    for _ in range(12):
+        faded = cons.normalise_fanout(cons.strengthen(faded, [["a", "b"]]))
+    assert "c" not in faded.get("a", {}) and faded["a"]["b"] > 0.5  # unused links fall below 0.1 and go
+    hub = {"h": {x: 0.9 for x in "pqrs"}, **{x: {"h": 0.9, "z": 0.9} for x in "pqrs"}, "z": {x: 0.9 for x in "pqrs"}}
+    normal = cons.normalise_fanout(hub)
+    assert all(w < 0.9 for w in normal["h"].values())
+
+
+def test_light_folds_accesses_into_stability_and_links(proc: Processor) -> None:
+    runner.record_access(proc.store, ["pg-1", "pg-2"], "2026-11-01T00:00:00Z")
+    runner.record_access(proc.store, ["pg-1", "pg-2"], "2026-11-20T00:00:00Z")
+    runner.record_access(proc.store, ["fri-1"], "2026-11-20T00:00:00Z")
+    summary = runner.light(proc.store, "u1")
+    assert summary["status"] == "ok" and summary["type"] == "light" and summary["processed"] == len(SCOPE)
+    got = proc.store.retrieve(["pg-1", "pg-2", "fri-1"])
+    assert got["pg-1"].links.get("pg-2", 0) > 0.1 and got["pg-2"].links.get("pg-1") == got["pg-1"].links["pg-2"]
+    assert got["pg-1"].access["stability"] > cons.INITIAL_STABILITY and got["pg-1"].access["count"] == 2
+    assert got["pg-1"].access["pending"] == [] and got["fri-1"].links == {}
+    again = runner.light(proc.store, "u1", dry_run=True)
+    assert again["changed"].get("stability", 0) == 0
+
+
+def test_search_ranks_by_relevance_times_retrievability(edge_store: Any, embedder: Any) -> None:
+    rows = [("old", "User plays tennis on weekends.", "2025-01-01T00:00:00Z", {}),
+            ("new", "User plays tennis on Saturdays.", "2026-11-30T00:00:00Z", {})]
+    edge_store.upsert(memories(embedder, rows))
+    hits = reads.search(edge_store, embedder, "u1", "tennis", limit=2)
+    assert [h["memory_id"] for h in hits] == ["new", "old"] and all(h["score"] <= h["relevance"] for h in hits)
+    assert hits[1]["score"] >= cons.RANK_FLOOR * hits[1]["relevance"]  # biased, never hidden
+
+
+def test_clustering_and_stratified_sampling() -> None:
+    rng = np.random.default_rng(1)
+    centres = np.eye(384)[:3]
+    x = np.concatenate([c + 0.05 * rng.standard_normal((20, 384)) for c in centres])
+    labels = cons.cluster(x)
+    assert len(set(labels.tolist()) - {-1}) == 3 and len(set(labels[:20].tolist())) == 1
+    sampled = cons.cluster(x, ["a"] * 30 + ["b"] * 30, sample_above=30)
+    assert len(set(sampled.tolist()) - {-1}) >= 2 and (sampled[:20] == sampled[0]).all()
+    idx = cons.stratified_sample(["a"] * 90 + ["b"] * 10, 20)
+    assert len(idx) == 20 and sum(1 for i in idx if i >= 90) == 2
+
+
+def test_full_merges_duplicates_within_clusters_and_reports(edge_store: Any, embedder: Any) -> None:
+    rows = [(f"d{i}", t, f"2026-0{i + 1}-01T00:00:00Z", {}) for i, t in enumerate([
+        "User has a dog named Rex.", "My dog Rex is a 3-year-old golden retriever.", "User has a dog called Rex.",
+        "User prefers tea over coffee.", "User drinks green tea every morning.", "User likes tea."])]
+    edge_store.upsert(memories(embedder, rows))
+    dry = runner.full(edge_store, "u1", dry_run=True)
+    assert all(m.status == "active" for m in edge_store.scroll({"user_id": "u1"}))
+    summary = runner.full(edge_store, "u1")
+    assert summary["type"] == "full" and summary["status"] == "ok" and summary["clusters"] >= 1
+    assert summary["changed"].get("merged", 0) >= 1 and dry["changed"] == summary["changed"]
+    merged = [m for m in edge_store.scroll({"user_id": "u1", "status": "merged"})]
+    assert merged and all(m.merged_into for m in merged)
+    assert json.dumps(summary)  # a JSON summary
+
+
+def test_stats_and_provenance(proc: Processor) -> None:
+    plan, _ = runner.make_plan(proc.store, "u1", "proj", cons.DEFAULT_RETENTION, now=NOW)
+    outcome, _ = runner.apply_plan(proc.store, proc.embed, plan, {0: "A"})
+    st = runner.stats(proc.store)
+    assert st["by_status"] == {"active": 4, "merged": 2, "superseded": 1, "expired": 2} and st["users"] == 1
+    new_id = proc.store.retrieve(["pg-1"])["pg-1"].merged_into
+    assert new_id is not None
+    prov = runner.provenance(proc.store, new_id)
+    assert [x["memory_id"] for x in prov["merged_from"]] == ["pg-1", "pg-2"]
+    assert prov["decisions"][0]["decision_id"] == outcome.decision_id and prov["decisions"][0]["evidence"]
+    winner = runner.provenance(proc.store, "fri-2")
+    assert winner["supersedes"][0]["text"] == "The team deploys on Fridays."
+    with pytest.raises(KeyError):
+        runner.provenance(proc.store, "nope")
+
+
+def test_access_events_validate_and_bad_ones_are_refused(proc: Processor) -> None:
+    import orjson
+
+    from dreamstream.schemas.events import InvalidEvent
+    from dreamstream.streams.worker.consolidation import access_event, apply_access, parse_access
+
+    good = parse_access(access_event("u1", ["pg-1", "fri-1"]))
+    contracts.validate("memory.accessed", good)
+    assert apply_access(proc.store, good) == 2
+    assert apply_access(proc.store, {**good, "user_id": "someone-else"}) == 0  # another user's ids: ignored
+    assert proc.store.retrieve(["pg-1"])["pg-1"].access["count"] == 1
+    for bad, reason in [(b"not json", "invalid_json"), (orjson.dumps({"user_id": "u1"}), "bad_field"),
+                        (orjson.dumps({"memory_ids": ["x"]}), "missing_field"),
+                        (orjson.dumps({"user_id": "u1", "memory_ids": ["x"], "accessed_at": "later"}), "bad_field")]:
+        with pytest.raises(InvalidEvent) as exc:
+            parse_access(bad)
+        assert exc.value.reason == reason
+
+
+def test_schedules_fire_on_their_cron_in_local_time() -> None:
+    registered = datetime(2026, 12, 3, 10, 0)  # a Thursday
+    sunday_3am = datetime(2026, 12, 6, 3, 0, 30)
+    assert cons.parse_schedule("weekly") == ("0 3 * * 0", 1) and cons.parse_schedule("biweekly")[1] == 2
+    assert cons.parse_schedule("*/15 * * * 1-5") == ("*/15 * * * 1-5", 1)
+    with pytest.raises(ValueError):
+        cons.parse_schedule("every full moon")
+    assert not cons.schedule_fired("weekly", None, registered, datetime(2026, 12, 6, 2, 59))
+    assert cons.schedule_fired("weekly", None, registered, sunday_3am)
+    assert not cons.schedule_fired("weekly", sunday_3am, registered, datetime(2026, 12, 12, 23, 0))
+    assert cons.schedule_fired("daily", sunday_3am, registered, datetime(2026, 12, 7, 3, 1))
+    assert [cons.runs_on_firing("biweekly", n) for n in range(4)] == [True, False, True, False]
+    assert cons.schedule_id("u1", "a") == cons.schedule_id("u1", "a") != cons.schedule_id("u1", None)

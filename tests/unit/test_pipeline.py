@@ -1,0 +1,158 @@
+"""The ingest pipeline on a real store and the real model: decisions applied, reads, replay, undo."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from dreamstream.streams.core import reads
+from dreamstream.streams.core.ingest import Incoming, Processor
+from dreamstream.streams.core.replay import export_rows, replay_file
+from tests.helpers import comparable, event, line
+
+
+@pytest.fixture
+def proc(edge_store, embedder) -> Processor:
+    return Processor(edge_store, embedder)
+
+
+def feed(proc: Processor, *events: dict) -> object:
+    return proc.process([Incoming(line(e)) for e in events])
+
+
+def statuses(proc: Processor) -> dict[str, str]:
+    return {m.memory_id: m.status for m in proc.store.scroll()}
+
+
+def test_move_supersedes_and_both_stay_readable(proc: Processor) -> None:
+    result = feed(proc, event(1, "u1", "User lives in Lisbon.", day=1), event(2, "u1", "I moved to Berlin.", day=5))
+    old, new = proc.store.retrieve(["m-u1-1", "m-u1-2"]).values()
+    assert old.status == "superseded" and old.superseded_by == new.memory_id
+    assert new.supersedes == [old.memory_id]
+    assert [r["label"] for r in reads.get(proc.store, "u1")] == ["history", "current"]
+    assert [r["memory_id"] for r in reads.get(proc.store, "u1", "latest_only")] == ["m-u1-2"]
+    (status,) = result.status_events
+    assert status["from_status"] == "active" and status["to_status"] == "superseded"
+    assert status["evidence"]["judge"] and status["evidence"]["rule"]
+
+
+def test_restatement_is_merged_and_hidden_by_default(proc: Processor) -> None:
+    feed(proc, event(1, "u1", "Use PostgreSQL for auth.", day=1), event(2, "u1", "Auth DB is PostgreSQL.", day=2))
+    assert sorted(statuses(proc).values()) == ["active", "merged"]
+    assert len(reads.get(proc.store, "u1")) == 1
+    assert len(reads.get(proc.store, "u1", "include_merged")) == 2
+
+
+def test_exact_repeat_adds_no_second_active_copy(proc: Processor) -> None:
+    feed(proc, event(1, "u1", "Prefers dark mode in every editor."),
+         event(2, "u1", "prefers dark mode in every editor"))
+    assert statuses(proc) == {"m-u1-1": "active", "m-u1-2": "merged"}
+
+
+def test_same_text_of_two_users_never_links(proc: Processor) -> None:
+    feed(proc, event(1, "u1", "Has a cat called Miso."), event(1, "u2", "Has a cat called Miso."))
+    assert set(statuses(proc).values()) == {"active"}
+
+
+def test_events_of_one_user_in_one_batch_are_applied_in_order(proc: Processor) -> None:
+    feed(proc, event(1, "u1", "User lives in Lisbon.", day=1), event(2, "u1", "I moved to Berlin.", day=2),
+         event(3, "u1", "Moved again, now living in Madrid.", day=3))
+    got = statuses(proc)
+    assert got["m-u1-3"] == "active" and got["m-u1-1"] == "superseded"
+
+
+def test_redelivery_changes_nothing_and_reused_event_id_is_dead_lettered(proc: Processor) -> None:
+    e = event(1, "u1", "User lives in Lisbon.")
+    feed(proc, e)
+    before = export_rows(proc.store)
+    again = feed(proc, e)
+    assert again.outcomes["redelivered"] == 1 and not again.dead_letters
+    clash = feed(proc, {**e, "memory_id": "other", "text": "Something else"})
+    assert [d["reason"] for d in clash.dead_letters] == ["duplicate_event_id"]
+    conflict = feed(proc, {**e, "event_id": "e-new", "text": "Different text"})
+    assert [d["reason"] for d in conflict.dead_letters] == ["memory_id_conflict"]
+    assert comparable(export_rows(proc.store)) == comparable(before)
+
+
+def test_a_memory_id_reused_for_other_text_within_one_batch_is_dead_lettered(proc: Processor) -> None:
+    """Not taken as a redelivery: the second text would otherwise be lost without a word."""
+    first = event(1, "u1", "User lives in Lisbon.")
+    result = proc.process([Incoming(line(first)),
+                           Incoming(line({**first, "event_id": "e-other", "text": "User lives in Porto."})),
+                           Incoming(line(first))])
+    assert [d["reason"] for d in result.dead_letters] == ["memory_id_conflict"]
+    assert result.outcomes["stored"] == 1 and result.outcomes["redelivered"] == 1
+
+
+def test_bad_records_do_not_stop_the_batch(proc: Processor) -> None:
+    result = proc.process([
+        Incoming(b"\xff\xff", "memory.added", 0, 1),
+        Incoming(line(event(1, "u1", "Plays the cello.")), "memory.added", 0, 2),
+        Incoming(b"{", "memory.added", 0, 3),
+        Incoming(line(event(2, "u1", "")), "memory.added", 0, 4),
+    ])
+    assert [d["reason"] for d in result.dead_letters] == ["undecodable", "invalid_json", "empty_text"]
+    assert [d["offset"] for d in result.dead_letters] == [1, 3, 4]
+    assert list(statuses(proc)) == ["m-u1-1"]
+
+
+def test_pinned_memory_is_not_superseded(proc: Processor) -> None:
+    feed(proc, event(1, "u1", "User lives in Lisbon.", day=1, pinned=True), event(2, "u1", "I moved to Berlin.", day=5))
+    assert set(statuses(proc).values()) == {"active"}
+    new = proc.store.retrieve(["m-u1-2"])["m-u1-2"]
+    assert new.conflicts and new.conflicts[0]["with"] == ["m-u1-1"]
+
+
+def test_undo_restores_both_sides(proc: Processor) -> None:
+    result = feed(proc, event(1, "u1", "User lives in Lisbon.", day=1), event(2, "u1", "I moved to Berlin.", day=5))
+    decision_id = result.status_events[0]["decision_id"]
+    events = proc.undo(decision_id)
+    assert [(e["memory_id"], e["to_status"], e["undo"]) for e in events] == [("m-u1-1", "active", True)]
+    old, new = proc.store.retrieve(["m-u1-1", "m-u1-2"]).values()
+    assert old.status == "active" and old.superseded_by is None and new.supersedes == []
+    with pytest.raises(ValueError):
+        proc.undo(decision_id)
+    with pytest.raises(KeyError):
+        proc.undo("d-unknown")
+
+
+def test_replay_file_reports_bad_lines_and_is_idempotent(tmp_path: Path, proc: Processor) -> None:
+    path = tmp_path / "events.jsonl"
+    rows = [event(1, "u1", "User has a dog named Rex.", day=1),
+            event(2, "u1", "My dog Rex is a 3-year-old golden retriever.", day=3)]
+    path.write_bytes(b"\n".join(line(r) for r in rows) + b"\nnot json\n")
+    first = replay_file(path, proc.store, processor=proc)
+    assert (first.lines, first.stored, first.dead) == (3, 2, 1)
+    dead = [orjson.loads(x) for x in (tmp_path / "events.jsonl.deadletter.jsonl").read_bytes().splitlines()]
+    assert dead[0]["reason"] == "invalid_json" and dead[0]["offset"] == 3
+    state = comparable(export_rows(proc.store))
+    second = replay_file(path, proc.store, processor=proc)
+    assert second.stored == 0 and second.outcomes["redelivered"] == 2
+    assert comparable(export_rows(proc.store)) == state
+    rex = {r["memory_id"]: r for r in export_rows(proc.store)}
+    assert rex["m-u1-1"]["status"] == "merged" and rex["m-u1-1"]["merged_into"] == "m-u1-2"
+
+
+def test_read_without_user_is_refused(proc: Processor) -> None:
+    with pytest.raises(ValueError):
+        reads.get(proc.store, "")
+    with pytest.raises(ValueError):
+        reads.mode_from_flags(True, True)
+
+
+def test_reprocess_rederives_decisions_and_keeps_every_memory(edge_store, embedder, tmp_path) -> None:
+    """Ingested with a judge that decides nothing, reprocessed with the default one: the move supersedes."""
+    blind = Processor(edge_store, embedder, decide=lambda new, cands: [])
+    evs = [event(1, "rp", "User lives in Lisbon."), event(2, "rp", "I moved to Berlin last month.", day=2),
+           event(3, "rp", "Has a cat called Miso.", day=3)]
+    blind.process([Incoming(raw=line(e)) for e in evs])
+    assert {m.status for m in edge_store.scroll({"user_id": "rp"})} == {"active"}
+    result = Processor(edge_store, embedder).reprocess_user("rp", str(tmp_path / "backup"))
+    after = {m.memory_id: m for m in edge_store.scroll({"user_id": "rp"})}
+    assert set(after) == {e["memory_id"] for e in evs}  # nothing lost
+    assert after["m-rp-1"].status == "superseded" and after["m-rp-1"].superseded_by == "m-rp-2"
+    assert after["m-rp-3"].status == "active"
+    assert [(s["memory_id"], s["to_status"]) for s in result.status_events] == [("m-rp-1", "superseded")]
+    assert not list((tmp_path / "backup").iterdir())  # the safety copy is gone once done

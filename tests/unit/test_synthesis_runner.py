@@ -1,0 +1,182 @@
+"""Synthesis against a real store (qdrant-edge) and the real model, through the ingest path: no mocks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from dreamstream.streams.core import reads
+from dreamstream.streams.core import synthesis as runner
+from dreamstream.streams.core.ingest import Incoming, Processor
+from dreamstream.streams.store import EdgeStore
+from tests.helpers import FILLER
+
+FITNESS = [
+    "Runs about 40 km every week.",
+    "Lifts weights three times a week.",
+    "Tracks every workout on a Garmin watch.",
+    "Goal: a sub-4-hour marathon next spring.",
+    "Does a long run every Sunday morning.",
+    "Follows a twelve-week training plan for the half marathon.",
+]
+T0 = "2025-03-01T00:00:00Z"
+NOW = "2025-04-01T00:00:00Z"
+
+
+def events(user: str, day0: int = 2, texts: list[str] | None = None) -> list[dict[str, Any]]:
+    """A user's memory.added events, one a day from March `day0`, theme interleaved with filler."""
+    texts = texts or [t for pair in zip(FILLER, FITNESS + [""] * len(FILLER), strict=False) for t in pair if t]
+    return [{
+        "type": "memory.added", "event_id": f"e-{user}-{i}", "memory_id": f"m-{user}-{i:02d}", "user_id": user,
+        "text": text, "created_at": f"2025-03-{day0 + i % 26:02d}T{i % 24:02d}:00:00Z",
+        "metadata": {"type": "user_fact", "confidence": 0.9, "pinned": False},
+    } for i, text in enumerate(texts)]
+
+
+def ingest(proc: Processor, evs: list[dict[str, Any]]) -> None:
+    result = proc.process([Incoming(raw=orjson.dumps(e)) for e in evs])
+    assert not result.dead_letters, result.dead_letters
+
+
+def run(store: Any, embedder: Any, state: runner.SynthesisState, user: str = "u1", now: str = NOW,
+        force: bool = False) -> runner.RunRecord:
+    record = runner.run_for_user(store, embedder, user, now, state, force=force)
+    runner.apply(store, [record])
+    ingest(Processor(store, embedder), record.events)
+    return record
+
+
+def patterns(store: Any, user: str = "u1") -> list[Any]:
+    """The user's live patterns (retired ones are kept as `expired`)."""
+    return sorted(store.scroll({"user_id": user, "kind": "pattern", "status": "active"}), key=lambda m: m.memory_id)
+
+
+def test_off_by_default_then_enabled(edge_store: Any, embedder: Any, tmp_path: Path) -> None:
+    ingest(Processor(edge_store, embedder), events("u1"))
+    state = runner.SynthesisState.load(tmp_path / "state.json")
+    off = run(edge_store, embedder, state)
+    assert not off.ran and off.reason == "disabled" and not patterns(edge_store)
+
+    runner.enable(state, None, T0)
+    assert runner.SynthesisState.load(tmp_path / "state.json").projects["_default"]["enabled"]
+    on = run(edge_store, embedder, state)
+    assert on.ran and on.memories_considered == len(FILLER) + len(FITNESS)
+    stored = patterns(edge_store)
+    assert stored and on.patterns_written == len(stored) == len(on.events)
+    fitness_ids = {f"m-u1-{i:02d}" for i, e in enumerate(events("u1")) if e["text"] in FITNESS}
+    assert any(len(set(p.sources) & fitness_ids) >= 4 for p in stored), [(p.text, p.sources) for p in stored]
+    for p in stored:  # every source is the user's own, active, stored fact
+        sources = edge_store.retrieve(p.sources)
+        assert set(sources) == set(p.sources)
+        assert all(m.user_id == "u1" and m.kind == "fact" and m.status == "active" for m in sources.values())
+        assert p.metadata["source"] == "dream-synthesis" and p.metadata["type"] == "pattern"
+    rows = reads.get(edge_store, "u1")
+    assert {r["memory_id"] for r in rows if r["label"] == "pattern"} == {p.memory_id for p in stored}
+
+    runner.disable(state, None)
+    assert run(edge_store, embedder, state, force=True).reason == "disabled"
+
+
+def test_too_few_memories(edge_store: Any, embedder: Any) -> None:
+    ingest(Processor(edge_store, embedder), events("u2", texts=FITNESS + FILLER[:10]))
+    state = runner.SynthesisState()
+    runner.enable(state, None, T0)
+    record = run(edge_store, embedder, state, user="u2")
+    assert not record.ran and record.reason == "too_few_memories" and not patterns(edge_store, "u2")
+
+
+def test_forward_boundary_excludes_earlier(edge_store: Any, embedder: Any) -> None:
+    proc = Processor(edge_store, embedder)
+    evs = events("u1")
+    ingest(proc, evs)
+    state = runner.SynthesisState()
+    runner.enable(state, None, "2025-03-20T00:00:00Z")  # after most of the fitness evidence
+    record = run(edge_store, embedder, state)
+    later = {e["memory_id"] for e in evs if e["created_at"] > "2025-03-20T00:00:00Z"}
+    assert record.ran and record.memories_considered == len(later)
+    for p in patterns(edge_store):
+        assert set(p.sources) <= later
+    runner.enable(state, None, "2025-04-01T00:00:00Z")  # nothing after: no evidence, no patterns
+    empty = run(edge_store, embedder, state, force=True)
+    assert empty.themes == 0 and empty.patterns_retired == len(empty.retired)
+    assert not patterns(edge_store)  # patterns the evidence no longer supports are retired ...
+    kept = edge_store.scroll({"user_id": "u1", "kind": "pattern"})
+    assert kept and all(p.status == "expired" for p in kept)  # ... and kept, hidden from default reads
+
+
+def test_cadence_and_idempotence(tmp_path: Path, embedder: Any) -> None:
+    store = EdgeStore(tmp_path / "store")
+    ingest(Processor(store, embedder), events("u1"))
+    state = runner.SynthesisState.load(runner.state_path(tmp_path / "store"))
+    runner.enable(state, None, T0)
+    first = run(store, embedder, state)
+    ids = [p.memory_id for p in patterns(store)]
+    assert first.ran and ids and sorted(first.pattern_ids) == ids
+
+    soon = run(store, embedder, state, now="2025-04-03T00:00:00Z")
+    assert not soon.ran and soon.reason == "not_due" and not soon.events
+
+    again = run(store, embedder, state, now="2025-04-03T00:00:00Z", force=True)
+    assert again.ran and sorted(again.pattern_ids) == ids
+    assert again.patterns_written == 0 and again.patterns_updated == 0 and not again.events
+    assert [p.memory_id for p in patterns(store)] == ids
+    store.close()
+
+    reopened = EdgeStore(tmp_path / "store")
+    state2 = runner.SynthesisState.load(runner.state_path(tmp_path / "store"))
+    assert state2.users["u1"]["last_run"] == "2025-04-03T00:00:00Z"
+    assert state2.users["u1"]["evidence_used"]
+    assert not run(reopened, embedder, state2, now="2025-04-05T00:00:00Z").ran  # cadence survives a restart
+    week = run(reopened, embedder, state2, now="2025-04-10T00:00:00Z")
+    assert week.ran and sorted(week.pattern_ids) == ids and not week.events
+    # Replaying the same pattern events through the ingest path changes nothing either.
+    ingest(Processor(reopened, embedder), first.events)
+    assert [p.memory_id for p in patterns(reopened)] == ids
+    reopened.close()
+
+
+def test_run_due_all_users(edge_store: Any, embedder: Any) -> None:
+    ingest(Processor(edge_store, embedder), events("u1") + events("u3", texts=FILLER[:5]))
+    state = runner.SynthesisState()
+    runner.enable(state, None, T0)
+    records = {r.user_id: r for r in runner.run_due(edge_store, embedder, NOW, state)}
+    assert records["u1"].ran and records["u1"].events
+    assert records["u3"].reason == "too_few_memories"
+    assert all(e["user_id"] == "u1" for e in records["u1"].events)
+
+
+def test_replay_with_synthesis(tmp_path: Path, embedder: Any) -> None:
+    from dreamstream.streams.core.replay import replay_with_synthesis
+
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in events("u1") + events("u2", texts=FILLER[:8])))
+    store = EdgeStore(tmp_path / "store")
+    state = runner.SynthesisState.load(runner.state_path(tmp_path / "store"))
+    summary = replay_with_synthesis(path, store, state, embed=embedder, batch_size=8)
+    assert summary.lines == len(FILLER) + len(FITNESS) + 8 and summary.dead == 0
+    assert summary.runs >= 1 and summary.patterns_written >= 1
+    assert summary.patterns_final == len(patterns(store)) >= 1 and not patterns(store, "u2")
+    assert "patterns written" in summary.describe()
+    store.close()
+
+
+def test_dream_replay_synthesis_flag(tmp_path: Path) -> None:
+    """`dream replay FILE --store DIR --synthesis` as a user runs it; a bad line is counted, not fatal."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in events("u1")) + b"{not json\n")
+    dream = str(Path(sys.executable).with_name("dream"))
+    out = subprocess.run([dream, "replay", str(path), "--store", str(tmp_path / "store"), "--synthesis"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "1 bad lines" in out.stdout and "synthesis: " in out.stdout
+    store = EdgeStore(tmp_path / "store")
+    try:
+        assert patterns(store) and all(set(p.sources) <= {e["memory_id"] for e in events("u1")}
+                                       for p in patterns(store))
+    finally:
+        store.close()
