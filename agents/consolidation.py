@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from dreamstream.agents import text_features as tf
-from dreamstream.agents.merge_supersede import FeaturesOf, _cos
+from dreamstream.agents.merge_supersede import FeaturesOf, OfflineJudge, _cos
 from dreamstream.schemas.memory import Memory, parse_time
 from dreamstream.schemas.schedules import (  # noqa: F401  (part of this module's interface)
     NAMED_SCHEDULES,
@@ -185,8 +185,6 @@ Judge = Callable[[Memory, Memory], tuple[str, str]]
 def offline_judge(featurize: FeaturesOf | None = None) -> Judge:
     """The ingest path's offline judge read pairwise (the same rules decide inline and here);
     `featurize` serves memories stored without word features (the pass's own merged texts)."""
-    from dreamstream.agents.merge_supersede import OfflineJudge
-
     judge = OfflineJudge(featurize=featurize)
 
     def pair(newer: Memory, older: Memory) -> tuple[str, str]:
@@ -211,6 +209,64 @@ def recorded_reviews(active: Mapping[str, Memory]) -> list[tuple[Memory, Memory,
     return out
 
 
+# --- the rules ---------------------------------------------------------------------------------------
+# A rule is one function. A pair rule names the proposal it makes for two active memories of one
+# type ("merge" or "conflict"; the report shows each under its section); a prune rule returns the
+# policy line the report prints for a memory it would expire. The first rule that speaks wins.
+
+PairRule = Callable[[Memory, Memory, float, Judge], str | None]
+PruneRule = Callable[[Memory, int, Mapping[str, int | None]], str | None]
+
+
+def judged_update(newer: Memory, older: Memory, cos: float, judge: Judge) -> str | None:
+    """The judge says the newer one replaces the older (or would, with review): which is current?"""
+    return "conflict" if judge(newer, older)[0] in ("replaces", "review_replaces") else None
+
+
+def judged_restatement(newer: Memory, older: Memory, cos: float, judge: Judge) -> str | None:
+    """The judge says they state the same thing (or may), or their wording nearly coincides."""
+    same = judge(newer, older)[0] in ("same", "review_same")
+    return "merge" if same or near_duplicate(newer, older, cos) else None
+
+
+def past_retention(memory: Memory, age: int, retention: Mapping[str, int | None]) -> str | None:
+    """Older than its type's retention policy: "<days>d"."""
+    days = retention.get(memory.memory_type)
+    return f"{days}d" if days is not None and age > days else None
+
+
+def unsure_and_generic(memory: Memory, age: int, retention: Mapping[str, int | None]) -> str | None:
+    """Stored with low confidence and naming nothing specific: "confidence <c> < 0.3"."""
+    if memory.confidence < LOW_CONFIDENCE and not is_specific(memory.text):
+        return f"confidence {memory.confidence:g} < {LOW_CONFIDENCE}"
+    return None
+
+
+PAIR_RULES: tuple[PairRule, ...] = (judged_update, judged_restatement)
+PRUNE_RULES: tuple[PruneRule, ...] = (past_retention, unsure_and_generic)
+
+
+def _asked_once(judge: Judge) -> Judge:
+    """The judge, asked once per pair however many rules consult it."""
+    seen: dict[tuple[str, str], tuple[str, str]] = {}
+
+    def ask(newer: Memory, older: Memory) -> tuple[str, str]:
+        key = (newer.memory_id, older.memory_id)
+        if key not in seen:
+            seen[key] = judge(newer, older)
+        return seen[key]
+
+    return ask
+
+
+def _propose(plan: Plan, proposal: str, newer: Memory, older: Memory, score: float) -> None:
+    if proposal == "conflict":
+        likely = "A" if newer.confidence >= older.confidence else "B"
+        plan.conflicts.append(Conflict(a=newer, b=older, likely=likely, score=score))
+    else:
+        plan.merges.append(MergeProposal(a=older, b=newer, merged_text=draft_merge(older, newer), score=score))
+
+
 def analyse(
     memories: Iterable[Memory],
     *,
@@ -226,7 +282,7 @@ def analyse(
     Pinned memories are never proposed for anything. Each memory takes part in one proposal at most
     (merges first, then conflicts), so applying the plan never acts twice on one memory.
     """
-    judge = judge or offline_judge()
+    judge = _asked_once(judge or offline_judge())
     pool = [m for m in memories if _eligible(m)]
     plan = Plan(project=project, user_id=user_id, app_id=app_id, considered=len(pool))
     used: set[str] = set()
@@ -238,11 +294,7 @@ def analyse(
     for newer, older, proposal, score in recorded_reviews(active):
         if newer.memory_id in used or older.memory_id in used:
             continue
-        if proposal == "supersede":
-            likely = "A" if newer.confidence >= older.confidence else "B"
-            plan.conflicts.append(Conflict(a=newer, b=older, likely=likely, score=score))
-        else:
-            plan.merges.append(MergeProposal(a=older, b=newer, merged_text=draft_merge(older, newer), score=score))
+        _propose(plan, "conflict" if proposal == "supersede" else "merge", newer, older, score)
         used.update((older.memory_id, newer.memory_id))
     for mtype in sorted(by_type):
         group = by_type[mtype]
@@ -256,25 +308,18 @@ def analyse(
             older, newer = group[i], group[j]
             if older.memory_id in used or newer.memory_id in used:
                 continue
-            relation, _rule = judge(newer, older)
-            if relation in ("replaces", "review_replaces"):
-                likely = "A" if newer.confidence >= older.confidence else "B"
-                plan.conflicts.append(Conflict(a=newer, b=older, likely=likely, score=cos))
-            elif relation in ("same", "review_same") or near_duplicate(newer, older, cos):
-                plan.merges.append(MergeProposal(a=older, b=newer, merged_text=draft_merge(older, newer),
-                                                 score=cos))
-            else:
+            proposal = next((p for rule in PAIR_RULES if (p := rule(newer, older, cos, judge))), None)
+            if proposal is None:
                 continue
+            _propose(plan, proposal, newer, older, cos)
             used.update((older.memory_id, newer.memory_id))
     for m in sorted(pool, key=lambda m: (m.created_at, m.memory_id)):
         if m.memory_id in used:
             continue
         age = age_days(m, now)
-        days = retention.get(m.memory_type)
-        if days is not None and age > days:
-            plan.prunes.append(Prune(memory=m, age_days=age, policy=f"{days}d"))
-        elif m.confidence < LOW_CONFIDENCE and not is_specific(m.text):
-            plan.prunes.append(Prune(memory=m, age_days=age, policy=f"confidence {m.confidence:g} < {LOW_CONFIDENCE}"))
+        policy = next((why for rule in PRUNE_RULES if (why := rule(m, age, retention))), None)
+        if policy is not None:
+            plan.prunes.append(Prune(memory=m, age_days=age, policy=policy))
     plan.conflicts.sort(key=lambda c: (c.a.created_at, c.a.memory_id))
     return plan
 

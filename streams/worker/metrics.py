@@ -15,12 +15,12 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter as Tally
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import numpy as np
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import Counter, Histogram
 
 from dreamstream.schemas.control import COMMANDS
 from dreamstream.schemas.events import MEMORY_ADDED, PATTERN_ADDED, REASONS
@@ -49,9 +49,6 @@ EMBED_SECONDS = Histogram("dreamstream_embedding_duration_seconds", "Time of one
                           buckets=FAST_BUCKETS)
 E2E_LAG = Histogram("dreamstream_end_to_end_lag_seconds",
                     "From an event's created_at to its decision applied in the store.", buckets=LAG_BUCKETS)
-CONSUMER_LAG = Gauge("dreamstream_consumer_lag_messages",
-                     "Records not yet committed by this worker, per assigned partition (highwater - committed).",
-                     ["topic", "partition"])
 STORE_SECONDS = Histogram("dreamstream_store_operation_duration_seconds", "Store calls by operation and backend.",
                           ["operation", "backend"], buckets=FAST_BUCKETS)
 SYNTH_RUNS = Counter("dreamstream_synthesis_runs_total", "Synthesis checks: `ran` or the reason it was skipped.",
@@ -233,30 +230,19 @@ class TimedStore:
         self.inner.close()
 
 
-# -- consumer lag -----------------------------------------------------------------------------------
+# -- Faust's sensor ------------------------------------------------------------------------------------
 
-_lag_labels: set[tuple[str, str]] = set()
+FAUST_PREFIX = "dreamstream_faust"
+"""Name prefix of Faust's own Prometheus metrics (faust.sensors.prometheus), e.g. the lag's two halves
+dreamstream_faust_topic_partition_end_offset and dreamstream_faust_topic_partition_offset_commited."""
 
 
-def update_consumer_lag(consumer: Any) -> None:
-    """highwater - committed per assigned partition that has a commit; partitions that moved to
-    another worker lose their series. Read from the consumer's own state only: asking the broker
-    for offsets from a timer (earliest_offsets) competed with the consumer right after a rebalance."""
-    if consumer is None:
+def forget_partitions(monitor: Any, partitions: Iterable[Any]) -> None:
+    """Drops the per-partition offset series of partitions this worker no longer holds."""
+    faust_metrics = getattr(monitor, "_metrics", None)
+    if faust_metrics is None:
         return
-    assigned = consumer.assignment()
-    committed: Mapping[Any, int | None] = getattr(consumer, "_committed_offset", {})
-    highs = {tp: consumer.highwater(tp) for tp in assigned}
-    highs = {tp: h for tp, h in highs.items() if h is not None}
-    now: set[tuple[str, str]] = set()
-    for tp, high in highs.items():
-        done = committed.get(tp)
-        if done is None:
-            continue
-        labels = (tp.topic, str(tp.partition))
-        CONSUMER_LAG.labels(*labels).set(max(0, int(high) - int(done)))
-        now.add(labels)
-    for labels in _lag_labels - now:
-        CONSUMER_LAG.remove(*labels)
-    _lag_labels.clear()
-    _lag_labels.update(now)
+    for tp in partitions:
+        for gauge in (faust_metrics.topic_partition_end_offset, faust_metrics.topic_partition_offset_commited):
+            with suppress(KeyError):
+                gauge.remove(tp.topic, tp.partition)

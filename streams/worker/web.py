@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 from aiohttp import web as aioweb
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from faust.sensors.prometheus import setup_prometheus_sensors
 
 from dreamstream.streams.core import reads
 from dreamstream.streams.worker import metrics
@@ -70,14 +70,6 @@ def _flag(value: str | None) -> bool:
     return value is not None and value.lower() in ("1", "true", "yes", "on", "")
 
 
-@app.timer(interval=2.0)
-async def consumer_lag_timer() -> None:
-    try:
-        metrics.update_consumer_lag(getattr(app, "_consumer", None))
-    except Exception:  # a timer that raises crashes the worker; the next tick tries again
-        log.debug("consumer lag not available", exc_info=True)
-
-
 @app.page("/v1/consumer")
 async def consumer_view(web: Any, request: Any) -> Any:
     """Per assigned partition: highwater, committed and last read offsets, flow control; to tell a
@@ -98,7 +90,13 @@ async def consumer_view(web: Any, request: Any) -> Any:
     return aioweb.json_response({"flow_active": bool(getattr(consumer, "flow_active", True)), "assigned": rows})
 
 
-@app.page("/metrics")
-async def metrics_view(web: Any, request: Any) -> Any:
-    """The Prometheus text exposition of the default registry."""
-    return aioweb.Response(body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST})
+# GET /metrics: Faust's own sensor (messages, commits, rebalances, send latency, per-partition end and
+# committed offsets, whose difference is the consumer lag) on the default registry, which also holds
+# the domain counters of worker/metrics.py. The prefix is fixed so dashboards need no app id.
+setup_prometheus_sensors(app, pattern="/metrics", name_prefix=metrics.FAUST_PREFIX)
+
+
+@app.on_partitions_revoked.connect
+async def forget_revoked(sender: Any, revoked: set[Any], **kwargs: Any) -> None:
+    """Partitions this worker gave away lose their offset series (another worker reports them now)."""
+    metrics.forget_partitions(app.monitor, revoked)

@@ -149,7 +149,9 @@ def test_every_dashboard_panel_returns_data_from_a_worker_under_load(worker: Wor
         assert prom.value('dreamstream_control_commands_total{command="synthesis.enable",outcome="ok"}') == 1
         lag_p95 = prom.value(queries_by_title(queries, "End-to-end lag")[1])
         assert 0 < lag_p95 < 300
-        lag = f'dreamstream_consumer_lag_messages{{topic="{worker.topics["added"]}"}}'
+        added = f'topic="{worker.topics["added"]}"'
+        lag = (f"dreamstream_faust_topic_partition_end_offset{{{added}}}"
+               f" - dreamstream_faust_topic_partition_offset_commited{{{added}}}")
         assert sorted(int(r["metric"]["partition"]) for r in prom.query(lag)) == [0, 1, 2, 3]
         # Whether a 1 s scrape catches a backlog depends on the machine's speed; that it drains does not.
         deadline = time.monotonic() + 20
