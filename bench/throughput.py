@@ -2,7 +2,8 @@
 
 One run on this machine: a real `dream worker`, the dev case's events produced to Kafka, timed
 from the first send until the store holds them all; then the same model and batch size embedding
-the same texts alone. The ratio says how much of the ceiling the pipeline reaches.
+the same texts alone. The ratio says how much of the ceiling the pipeline reaches. First, how long
+the CLI takes to start (`dream --help`, and `dream get` on the store the run filled).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -20,6 +23,17 @@ from dreamstream.streams.core.embedding import Embedder
 from dreamstream.streams.dev.localrun import ROOT, WorkerProcess, produce
 
 CASE = ROOT.parent / "shared" / "bench" / "dev" / "events.jsonl"
+
+
+def startup_seconds(*args: str, runs: int = 5) -> float:
+    """Median wall time of `dream ARGS` in a fresh process (imports included)."""
+    dream = str(Path(sys.executable).with_name("dream"))
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run([dream, *args], capture_output=True, check=True)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
 
 
 def main() -> int:
@@ -45,6 +59,9 @@ def main() -> int:
     for i in range(0, len(texts), batch):
         embedder.encode_uncached(texts[i:i + batch])
     embed_only = len(texts) / (time.perf_counter() - start)
+    help_s = startup_seconds("--help")
+    get_s = startup_seconds("get", "--user", "u-001", "--store", str(worker.store_dir))
+    print(f"CLI start, median of 5: dream --help {help_s:.2f} s, dream get {get_s:.2f} s")
     print(f"events: {len(records)} (dev case), batch size {batch}, cores {os.cpu_count()}")
     print(f"end to end through Kafka into the store: {e2e:8.1f} events/s")
     print(f"embed only, same model and batch size:   {embed_only:8.1f} texts/s")

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from functools import cache
 
+from dreamstream.agents.llm_judge import LLMJudge
 from dreamstream.agents.merge_supersede import FeaturesOf, Judge, OfflineJudge
+from dreamstream.agents.nli_judge import NLIJudge
 from dreamstream.agents.pattern_writer import LLMPatternWriter
 from dreamstream.schemas.errors import ConfigError
+from dreamstream.streams.core.embedding import shared_embedder
 from dreamstream.streams.core.llm_client import ChatEndpoint
 from dreamstream.streams.settings import Settings
 
@@ -59,8 +62,6 @@ feed) shares one, so an NLI model is loaded once and the LLM judge's reply cache
 
 def featurizer() -> FeaturesOf:
     """Word features from the process's shared model, for memories stored without them."""
-    from dreamstream.streams.core.embedding import shared_embedder
-
     return lambda texts: shared_embedder().features(texts)
 
 
@@ -74,12 +75,8 @@ def judge_from_settings(s: Settings) -> Judge:
         if name == "offline":
             _built[key] = offline
         elif name == "nli":
-            from dreamstream.agents.nli_judge import NLIJudge
-
             _built[key] = NLIJudge.from_path(str(s.nli_model), fallback=offline)
         else:
-            from dreamstream.agents.llm_judge import LLMJudge
-
             ep = _endpoint(s, "DREAM_JUDGE=llm")
             _built[key] = LLMJudge(ep.ask_json, fallback=offline)
     return _built[key]

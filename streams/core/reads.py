@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from dreamstream.agents.consolidation import memory_rank_factor, now_utc
 from dreamstream.schemas.memory import Memory
 from dreamstream.streams.store import MemoryStore
 
@@ -73,8 +74,6 @@ def search(
 ) -> list[dict[str, Any]]:
     """Ranked by relevance times a retrievability factor (decay biases ranking, it never hides a
     memory: the factor has a floor); each row keeps its raw `relevance` beside the ranked `score`."""
-    from dreamstream.agents.consolidation import memory_rank_factor, now_utc
-
     vector = embed([text])[0]
     now = now_utc()
     hits = store.nearest(vector, _where(user_id, mode), max(limit * 3, limit + 10))

@@ -149,7 +149,7 @@ def decisions_by_judge(result: BatchResult) -> Tally[tuple[str, str]]:
 
 
 def synthesis_run(record: Any) -> None:
-    """A `synthesis_runner.RunRecord` from the worker's synthesis timer."""
+    """A `core.synthesis.RunRecord` from the worker's synthesis timer."""
     SYNTH_RUNS.labels("ran" if record.ran else (record.reason or "skipped")).inc()
     if record.ran:
         SYNTH_SECONDS.observe(float(record.duration_seconds))
