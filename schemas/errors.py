@@ -31,3 +31,12 @@ class CommandFailed(DreamError):
 
 class ModelReplyError(DreamError, ValueError):
     """An optional model endpoint answered, but not with a usable reply."""
+
+
+class StoreError(DreamError):
+    """The store refused or failed a call (disk full, unwritable, unreachable). Transient by nature:
+    ingest reads the batch again after a pause instead of dead-lettering valid events."""
+
+
+class StoreLocked(StoreError):
+    """The embedded store folder is held by another process (a running worker)."""

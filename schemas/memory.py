@@ -98,6 +98,12 @@ class Memory(MetadataView):
     cluster: int | None = None
     features: dict[str, Any] | None = None
     """The judge's word features (`agents.alignment.TokenFeatures.to_payload`), computed once at ingest."""
+    pending: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Target memory id -> the fields its decisions still have to set there. Written with the memory in
+    one store write and cleared once every target carries them: a crash in between is rolled forward
+    when the event is delivered again (core/ingest.py)."""
+    outbox: list[dict[str, Any]] = field(default_factory=list)
+    """The memory.status events of its decisions not yet published; cleared once the worker sent them."""
     vector: np.ndarray | None = None
 
     def payload(self) -> dict[str, Any]:
@@ -128,6 +134,9 @@ class Memory(MetadataView):
             "links": dict(self.links),
             "cluster": self.cluster,
             "features": self.features,
+            "pending": dict(self.pending),
+            "outbox": list(self.outbox),
+            "outbox_pending": bool(self.outbox),
         }
 
     @classmethod
@@ -158,6 +167,8 @@ class Memory(MetadataView):
             links={str(k): float(v) for k, v in (payload.get("links") or {}).items()},
             cluster=payload.get("cluster"),
             features=payload.get("features"),
+            pending=dict(payload.get("pending") or {}),
+            outbox=list(payload.get("outbox") or []),
             vector=None if vector is None else np.asarray(vector, dtype=np.float32),
         )
 

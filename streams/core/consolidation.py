@@ -404,9 +404,13 @@ def full(store: MemoryStore, user_id: str | None = None, dry_run: bool = False,
                              if d.action in ("merge_new", "merge_old")]
                 if decisions and not dry_run:
                     result = BatchResult()
+                    writes: dict[str, dict[str, Any]] = {}
                     for d in decisions:
-                        applier.apply_decision(d, m, dict(live), result)
+                        for tid, fields in applier.apply_decision(d, m, dict(live), result).items():
+                            writes.setdefault(tid, {}).update(fields)
                     store.update(m.memory_id, {k: getattr(m, k) for k in (*LINK_FIELDS, "decision_ids", "decisions")})
+                    for tid, fields in writes.items():
+                        store.update(tid, fields)
                     events += result.status_events
                     for d in decisions:
                         for t in d.targets if d.action == "merge_old" else ():

@@ -20,10 +20,11 @@ import orjson
 
 from dreamstream.agents import merge_supersede
 from dreamstream.agents.decisions import Decision
+from dreamstream.schemas.errors import StoreError
 from dreamstream.schemas.events import InvalidEvent, dead_letter, now_iso, parse_memory_event, status_event
 from dreamstream.schemas.memory import EMBEDDING_DIM, LINK_FIELDS, Memory, MemoryAdded, parse_time
 from dreamstream.streams import settings
-from dreamstream.streams.core import judges
+from dreamstream.streams.core import faults, judges
 from dreamstream.streams.core.undo import undo_decision
 from dreamstream.streams.store import MemoryStore, text_key
 
@@ -36,12 +37,14 @@ Features = dict[str, Any] | None
 
 @dataclass(frozen=True)
 class Incoming:
-    """One raw record and where it came from (for the dead-letter record)."""
+    """One raw record and where it came from (for the dead-letter record); `key` is its Kafka key
+    (None outside Kafka: a file replay)."""
 
     raw: bytes | str | dict[str, Any]
     topic: str | None = None
     partition: int | None = None
     offset: int | None = None
+    key: bytes | None = None
 
 
 @dataclass
@@ -51,12 +54,15 @@ class BatchResult:
     outcomes: Counter[str] = field(default_factory=Counter)
     decisions: Counter[str] = field(default_factory=Counter)
     stored: list[Memory] = field(default_factory=list)
+    outbox_owners: list[str] = field(default_factory=list)
+    """Memories whose stored status events are in `status_events`: marked sent once published."""
     embed_seconds: float = 0.0
     embedded: int = 0
     lags: list[float] = field(default_factory=list)
 
     def extend(self, other: BatchResult) -> None:
         self.status_events += other.status_events
+        self.outbox_owners += other.outbox_owners
         self.dead_letters += other.dead_letters
         self.outcomes.update(other.outcomes)
         self.decisions.update(other.decisions)
@@ -74,6 +80,21 @@ def default_decide() -> tuple[Decide, int]:
         return merge_supersede.decide_with(judge, new, candidates)
 
     return decide, int(merge_supersede.CANDIDATE_K)
+
+
+def check_key(key: bytes | None, user_id: str) -> None:
+    """A Kafka record must be keyed by its user_id: per-user order rests on the key's partition, so a
+    record keyed otherwise (or empty, or not UTF-8) could overtake that user's other events.
+    Dead-lettered as `key_mismatch`; records without a key context (a file replay) are not checked."""
+    if key is None:
+        return
+    try:
+        text = key.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidEvent("key_mismatch", "the Kafka key is not UTF-8; key records by user_id") from None
+    if text != user_id:
+        shown = text if len(text) <= 64 else text[:61] + "..."
+        raise InvalidEvent("key_mismatch", f"the Kafka key {shown!r} is not the event's user_id {user_id!r}")
 
 
 def embed_with_features(embed: Embed, texts: Sequence[str]) -> tuple[np.ndarray, list[Features]]:
@@ -104,9 +125,13 @@ class Processor:
         embed: Embed,
         decide: Decide | None = None,
         candidate_k: int | None = None,
+        keep_outbox: bool = False,
     ) -> None:
         self.store = store
         self.embed = embed
+        self.keep_outbox = keep_outbox
+        """Keep each decision's status events in the store until `mark_sent` (the worker publishes them);
+        a file replay has nowhere to publish and keeps none."""
         if decide is None:
             decide, k = default_decide()
             candidate_k = candidate_k or k
@@ -121,7 +146,9 @@ class Processor:
         parsed: list[tuple[Incoming, MemoryAdded]] = []
         for item in items:
             try:
-                parsed.append((item, parse_memory_event(item.raw)))
+                event = parse_memory_event(item.raw)
+                check_key(item.key, event.user_id)
+                parsed.append((item, event))
             except InvalidEvent as exc:
                 self._dead(result, item, exc.reason, exc.message)
         fresh = self._screen(parsed, result)
@@ -131,7 +158,9 @@ class Processor:
         for (item, event), (vector, features) in zip(fresh, vectors, strict=True):
             try:
                 self._apply_event(event, vector, result, features)
-            except Exception as exc:  # one event's failure must not stop the partition
+            except StoreError:
+                raise  # transient: the batch is read again, nothing is dead-lettered
+            except Exception as exc:  # a deterministic failure of one event must not stop the partition
                 log.exception("event %s failed", event.event_id)
                 self._dead(result, item, "processing_error", f"{type(exc).__name__}: {exc}")
         return result
@@ -162,7 +191,7 @@ class Processor:
                 same = (earlier.memory_id == event.memory_id and earlier.text == event.text) if earlier \
                     else (prior is not None and prior.memory_id == event.memory_id and prior.text == event.text)
                 if same and event.kind != "pattern":
-                    result.outcomes["redelivered"] += 1
+                    self._redelivered(earlier or existing.get(event.memory_id), result)
                     continue
                 if not same:
                     self._dead(result, item, "duplicate_event_id",
@@ -177,13 +206,50 @@ class Processor:
                     self._dead(result, item, "memory_id_conflict",
                                f"memory_id {event.memory_id} is already stored with other text")
                 else:
-                    result.outcomes["redelivered"] += 1
+                    self._redelivered(stored, result)
                 continue
             else:
                 fresh.append((item, event))
             seen_events[event.event_id] = event
             seen_memories[event.memory_id] = event.text
         return fresh
+
+    def _redelivered(self, stored: Memory | None, result: BatchResult) -> None:
+        """An event stored before: finish what a crash left half-done, and hand back its unsent events."""
+        result.outcomes["redelivered"] += 1
+        if stored is None:
+            return
+        if stored.pending:
+            present = self.store.retrieve(list(stored.pending))
+            stored.pending = {tid: fields for tid, fields in stored.pending.items() if tid in present}
+            self._roll_forward(stored)
+            result.outcomes["rolled_forward"] += 1
+        if stored.outbox:
+            result.status_events.extend(stored.outbox)
+            result.outbox_owners.append(stored.memory_id)
+
+    def _roll_forward(self, memory: Memory) -> None:
+        """Writes each target's pending fields, then clears them: every step can be repeated."""
+        for tid, fields in memory.pending.items():
+            self.store.update(tid, fields)
+            faults.point("target")
+        if memory.pending:
+            memory.pending = {}
+            self.store.update(memory.memory_id, {"pending": {}})
+        faults.point("applied")
+
+    def mark_sent(self, memory_ids: Sequence[str]) -> None:
+        """The status events kept on these memories were published: clear them."""
+        for mid in dict.fromkeys(memory_ids):
+            self.store.update(mid, {"outbox": [], "outbox_pending": False})
+
+    def unsent(self) -> BatchResult:
+        """Every status event stored and not yet published (after a crash, at the worker's start)."""
+        result = BatchResult()
+        for memory in sorted(self.store.scroll({"outbox_pending": True}), key=lambda m: (m.created_at, m.memory_id)):
+            result.status_events.extend(memory.outbox)
+            result.outbox_owners.append(memory.memory_id)
+        return result
 
     def _vectors(self, events: list[MemoryAdded], result: BatchResult) -> list[tuple[np.ndarray, Features]]:
         """Each event's vector and the judge's word features (a producer-supplied embedding still
@@ -232,13 +298,18 @@ class Processor:
         candidates = self.candidates(memory)
         decisions = self.decide(memory, candidates) if candidates else []
         by_id = {c.memory_id: c for c in candidates}
-        self.store.upsert([memory])
+        first_event = len(result.status_events)
         for decision in decisions:
-            self.apply_decision(decision, memory, by_id, result)
-        if decisions:
-            self.store.update(memory.memory_id, {
-                k: getattr(memory, k) for k in (*LINK_FIELDS, "decision_ids", "decisions", "conflicts")
-            })
+            for tid, fields in self.apply_decision(decision, memory, by_id, result).items():
+                memory.pending.setdefault(tid, {}).update(fields)
+        if self.keep_outbox and len(result.status_events) > first_event:
+            memory.outbox = result.status_events[first_event:]
+            result.outbox_owners.append(memory.memory_id)
+        # One write holds the memory, its decisions and links, what its targets still need and its
+        # status events; the targets follow. A crash between them is rolled forward on redelivery.
+        self.store.upsert([memory])
+        faults.point("stored")
+        self._roll_forward(memory)
         result.outcomes["stored"] += 1
         result.stored.append(memory)
         lag = _lag_seconds(event.created_at)
@@ -249,11 +320,13 @@ class Processor:
 
     def apply_decision(
         self, decision: Decision, new: Memory, by_id: dict[str, Memory], result: BatchResult
-    ) -> None:
+    ) -> dict[str, dict[str, Any]]:
         """Turns one decision into status and link changes on both sides, plus its status events.
 
-        `new` is mutated in place (the caller writes it); targets are written here.
+        `new` is mutated in place and the targets' copies too; returned are the fields to set on each
+        target, which the caller writes (after `new`, so a crash between is rolled forward).
         """
+        writes: dict[str, dict[str, Any]] = {}
         targets = [by_id[t] for t in decision.targets if t in by_id]
         evidence = decision.evidence()
         did = decision.decision_id
@@ -271,21 +344,22 @@ class Processor:
             new.decisions.append(record)
             new.decision_ids.append(did)
             for t in targets:
-                self.store.update(t.memory_id, {"decision_ids": [*t.decision_ids, did]})
+                t.decision_ids = [*t.decision_ids, did]
+                writes.setdefault(t.memory_id, {})["decision_ids"] = t.decision_ids
                 result.status_events.append(status_event(
                     did, t.memory_id, t.user_id, t.status, t.status, new.memory_id, decision.action, evidence))
             result.decisions[decision.action] += 1
-            return
+            return writes
         if not targets:
-            return
+            return writes
         if decision.action == "merge_new":
             canonical = targets[0]
             before = new.status
             new.status, new.merged_into = "merged", canonical.memory_id
             canonical.merged_from = [*canonical.merged_from, new.memory_id]
             canonical.decision_ids = [*canonical.decision_ids, did]
-            self.store.update(canonical.memory_id, {
-                "merged_from": canonical.merged_from, "decision_ids": canonical.decision_ids})
+            writes.setdefault(canonical.memory_id, {}).update(
+                merged_from=canonical.merged_from, decision_ids=canonical.decision_ids)
             result.status_events.append(status_event(
                 did, new.memory_id, new.user_id, before, "merged", canonical.memory_id, "merge_new", evidence))
         elif decision.action in ("merge_old", "supersede"):
@@ -297,7 +371,7 @@ class Processor:
                 t.status = to_status  # type: ignore[assignment]
                 setattr(t, link, new.memory_id)
                 t.decision_ids = [*t.decision_ids, did]
-                self.store.update(t.memory_id, {
+                writes.setdefault(t.memory_id, {}).update({
                     "status": t.status, link: new.memory_id, "decision_ids": t.decision_ids,
                     "updated_at": now_iso()})
                 setattr(new, back, [*getattr(new, back), t.memory_id])
@@ -309,6 +383,7 @@ class Processor:
         new.decisions.append(record)
         new.decision_ids.append(did)
         result.decisions[decision.action] += 1
+        return writes
 
     def undo(self, decision_id: str) -> list[dict[str, Any]]:
         """Reverts one decision (core/undo.py); KeyError when unknown, ValueError when undone already."""

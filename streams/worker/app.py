@@ -67,7 +67,7 @@ _runtime: dict[str, Any] = {}
 def _build_processor() -> Processor:
     store = metrics.TimedStore(open_configured(settings))
     _runtime["store"] = store
-    return Processor(store, shared_embedder())
+    return Processor(store, shared_embedder(), keep_outbox=True)
 
 
 _build_lock: asyncio.Lock | None = None

@@ -15,7 +15,9 @@ from typing import Any
 import faust
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from dreamstream.streams.core.ingest import Incoming
+from dreamstream.schemas.errors import StoreError
+from dreamstream.streams.core import faults
+from dreamstream.streams.core.ingest import Incoming, Processor
 from dreamstream.streams.worker import metrics
 from dreamstream.streams.worker.app import _runtime, app, ingest_channel, on_store_thread, processor, publish, settings
 from dreamstream.streams.worker.offsets import InputOffsets, Verdict
@@ -104,7 +106,7 @@ async def admit(ledger: InputOffsets[Any], events: list[Any]) -> Admitted:
                 continue
             out.first.setdefault(tp, m.offset)
             out.upto[tp] = ledger.next_offset(tp)
-        out.items.append(Incoming(raw=e.value, topic=m.topic, partition=m.partition, offset=m.offset))
+        out.items.append(Incoming(raw=e.value, topic=m.topic, partition=m.partition, offset=m.offset, key=m.key))
     return out
 
 
@@ -121,8 +123,12 @@ async def ingest(stream: faust.StreamT) -> None:
     """memory.added and synthesised pattern events, in per-partition order, a batch at a time.
 
     Each agent start keeps its own ledger of stored offsets: a restarted agent resumes from what is
-    committed. A batch that fails to store (a store outage) is read again, not skipped."""
+    committed. A batch that fails to store (a store fault: disk full, unwritable, unreachable) is read
+    again after a pause, never dead-lettered, and the worker reports itself not ready meanwhile.
+    Per batch: store (each decision with its status events, core/ingest.py), publish, flush, mark the
+    events sent, commit: a crash anywhere repeats at most the publishing, deduplicable by decision id."""
     proc = await processor()
+    await send_unsent(proc)
     ledger: InputOffsets[Any] = InputOffsets(reseek_after=max(2.0, settings.stall_seconds / 3))
     _runtime["ledger"] = ledger  # the watchdog reads it
     failures = 0
@@ -135,21 +141,58 @@ async def ingest(stream: faust.StreamT) -> None:
         started = time.perf_counter()
         try:
             result = await on_store_thread(proc.process, items)
-        except Exception:
+        except Exception as exc:
             failures += 1
-            log.exception("batch of %d failed to store; reading it again (failure %d in a row)", len(items), failures)
+            store_fault(exc, failures, len(items))
             metrics.input_record("store_failed", len(items))
             for tp, offset in batch.first.items():
                 ledger.rewind(tp, offset, time.monotonic())
                 await app.consumer.seek(tp, offset)
             await asyncio.sleep(min(30.0, 0.5 * 2 ** min(failures, 6)))
             continue
+        if failures:
+            store_recovered(failures)
         failures = 0
         metrics.observe_batch(result, time.perf_counter() - started)
         await publish(result)
+        await app.producer.flush()
+        faults.point("published")
+        if result.outbox_owners:
+            await on_store_thread(proc.mark_sent, result.outbox_owners)
+        faults.point("marked")
         await commit(batch.upto)
         if result.dead_letters:
             log.warning("batch of %d: %d dead letters", len(items), len(result.dead_letters))
+
+
+async def send_unsent(proc: Processor) -> None:
+    """Status events a crash left unpublished (stored with their decisions), sent before anything new."""
+    try:
+        unsent = await on_store_thread(proc.unsent)
+    except Exception as exc:  # the store is not readable yet: the first batch will say so
+        log.warning("could not look for unsent status events: %s", exc)
+        return
+    if unsent.status_events:
+        await publish(unsent)
+        await app.producer.flush()
+        await on_store_thread(proc.mark_sent, unsent.outbox_owners)
+        log.info("sent %d status events a crash had left unpublished", len(unsent.status_events))
+
+
+def store_fault(exc: BaseException, failures: int, items: int) -> None:
+    """Logged once per fault with its cause (not once per retry); the worker turns not ready."""
+    cause = f"{type(exc).__name__}: {exc}"
+    if failures == 1:
+        log.error("store fault, pausing ingest and retrying with backoff (%d records held, nothing "
+                  "committed past them): %s", items, cause, exc_info=not isinstance(exc, StoreError))
+    _runtime["store_fault"] = cause
+    metrics.STORE_FAULT.set(1)
+
+
+def store_recovered(failures: int) -> None:
+    log.warning("store fault cleared after %d retries: ingest resumed", failures)
+    _runtime.pop("store_fault", None)
+    metrics.STORE_FAULT.set(0)
 
 
 @app.on_before_shutdown.connect

@@ -20,7 +20,7 @@ from contextlib import contextmanager, suppress
 from typing import Any
 
 import numpy as np
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 from dreamstream.schemas.control import COMMANDS
 from dreamstream.schemas.events import MEMORY_ADDED, PATTERN_ADDED, REASONS
@@ -66,6 +66,8 @@ INPUT_NOT_TAKEN = Counter(
     "Input records ingest did not store on arrival: `skip` (already stored), `seek` and `drop` (past records "
     "never delivered: read again), `revoked` (fetched before a rebalance), `store_failed` (batch read again).",
     ["reason"])
+STORE_FAULT = Gauge("dreamstream_store_fault",
+                    "1 while ingest is paused on a store fault (disk full, unwritable, unreachable), else 0.")
 CONTROL = Counter("dreamstream_control_commands_total", "Commands on the control topic by command and outcome.",
                   ["command", "outcome"])
 

@@ -21,18 +21,25 @@ log = logging.getLogger("dreamstream.web")
 
 @app.page("/healthz")
 async def healthz(web: Any, request: Any) -> Any:
-    """Liveness: 503 when the partition watchdog found input it cannot get delivered (streams/worker/watchdog.py)."""
+    """Liveness: 503 when the partition watchdog found input it cannot get delivered (worker/watchdog.py).
+    A store fault is no reason to restart (a restart meets the same full disk): alive, not ready."""
     stalled = stalled_partitions()
     if stalled:
         return aioweb.json_response({"status": "stalled", "partitions": stalled}, status=503)
+    fault = _runtime.get("store_fault")
+    if fault:
+        return aioweb.json_response({"status": "store_fault", "ready": False, "cause": fault})
     return aioweb.json_response({"status": "ok", "ready": "processor" in _runtime})
 
 
 @app.page("/v1/stats")
 async def stats_view(web: Any, request: Any) -> Any:
-    """How many memories the store holds, by status: for readiness checks and quick looks."""
+    """How many memories the store holds, by status: for readiness checks (503 until the store is open
+    and while ingest is paused on a store fault) and quick looks."""
     if "processor" not in _runtime:
         return aioweb.json_response({"ready": False}, status=503)
+    if _runtime.get("store_fault"):
+        return aioweb.json_response({"ready": False, "store_fault": _runtime["store_fault"]}, status=503)
     store = _runtime["processor"].store
 
     def counts() -> dict[str, int]:

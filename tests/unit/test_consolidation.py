@@ -346,6 +346,8 @@ def test_full_merges_duplicates_within_clusters_and_reports(edge_store: Any, emb
     assert summary["changed"].get("merged", 0) >= 1 and dry["changed"] == summary["changed"]
     merged = [m for m in edge_store.scroll({"user_id": "u1", "status": "merged"})]
     assert merged and all(m.merged_into for m in merged)
+    by_id = {m.memory_id: m for m in edge_store.scroll({"user_id": "u1"})}
+    assert all(m.memory_id in by_id[str(m.merged_into)].merged_from for m in merged)  # linked both ways
     assert json.dumps(summary)  # a JSON summary
 
 
