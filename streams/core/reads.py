@@ -6,7 +6,8 @@ latest_only: active only (patterns included). include_merged: everything.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -27,6 +28,40 @@ def mode_from_flags(latest_only: bool = False, include_merged: bool = False) -> 
     if latest_only and include_merged:
         raise ValueError("latest_only and include_merged exclude each other")
     return "latest_only" if latest_only else "include_merged" if include_merged else "default"
+
+
+MAX_LIMIT = 1000
+"""The most rows one read returns (HTTP `limit`); more is a paginated read (not offered yet)."""
+_TRUE, _FALSE = ("1", "true", "yes", "on", ""), ("0", "false", "no", "off")
+
+
+@dataclass(frozen=True)
+class ReadQuery:
+    user: str
+    mode: Mode
+    limit: int
+    text: str | None
+
+
+def read_query(params: Mapping[str, str]) -> ReadQuery:
+    """The HTTP read parameters, checked: ValueError with the reason for a 400. `limit` defaults to 50
+    for a search and to MAX_LIMIT for a listing."""
+    user = (params.get("user") or "").strip()
+    if not user:
+        raise ValueError("a read must name a user (?user=...)")
+    flags = {}
+    for name in ("latest_only", "include_merged"):
+        value = params.get(name)
+        if value is not None and value.lower() not in _TRUE + _FALSE:
+            raise ValueError(f"{name} must be 1/true or 0/false, not {value[:20]!r}")
+        flags[name] = value is not None and value.lower() in _TRUE
+    mode = mode_from_flags(flags["latest_only"], flags["include_merged"])
+    text = params.get("q")
+    text = text if text and text.strip() else None
+    raw = params.get("limit", "50" if text else str(MAX_LIMIT))
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_LIMIT:
+        raise ValueError(f"limit must be a whole number from 1 to {MAX_LIMIT}, not {raw[:20]!r}")
+    return ReadQuery(user=user, mode=mode, limit=int(raw), text=text)
 
 
 def _where(user_id: str, mode: str) -> dict[str, Any]:

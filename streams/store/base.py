@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import os
 import re
 import unicodedata
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
+from dreamstream.schemas.errors import DreamError, StoreError
 from dreamstream.schemas.memory import EMBEDDING_DIM, Memory
+
+T = TypeVar("T")
 
 VECTOR_SIZE = EMBEDDING_DIM
 COLLECTION = "dream_memories"
@@ -88,3 +93,45 @@ def conditions(where: Where | None) -> list[tuple[str, Any, bool]]:
 
 def sorted_by_time(memories: Iterable[Memory]) -> list[Memory]:
     return sorted(memories, key=lambda m: (m.created_at, m.memory_id))
+
+
+MIN_FREE_BYTES = int(float(os.environ.get("DREAM_MIN_FREE_MB", "64")) * 1024 * 1024)
+"""Writes to an embedded store stop (a StoreError, so ingest pauses and retries) below this much free
+disk: a full disk inside the engine's memory-mapped files ends in SIGBUS, not in an error."""
+
+GUARDED = ("upsert", "update", "retrieve", "nearest", "scroll", "count", "delete", "flush", "optimize",
+           "rebuild_indexes")
+
+
+def guarded(cls: type[T]) -> type[T]:
+    """Every store call's failure surfaces as StoreError naming the call, so ingest can tell a store
+    fault (retry the batch later) from a bad event (dead-letter it). Our own DreamErrors pass as they are."""
+    for name in GUARDED:
+        fn = getattr(cls, name, None)
+        if fn is not None:
+            setattr(cls, name, _scroll_guard(fn) if name == "scroll" else _guard(name, fn))
+    return cls
+
+
+def _guard(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except DreamError:
+            raise
+        except Exception as exc:
+            raise StoreError(f"store {name} failed: {type(exc).__name__}: {exc}") from exc
+    return call
+
+
+def _scroll_guard(fn: Callable[..., Iterator[Memory]]) -> Callable[..., Iterator[Memory]]:
+    @functools.wraps(fn)
+    def scroll(*args: Any, **kwargs: Any) -> Iterator[Memory]:
+        try:
+            yield from fn(*args, **kwargs)
+        except DreamError:
+            raise
+        except Exception as exc:
+            raise StoreError(f"store scroll failed: {type(exc).__name__}: {exc}") from exc
+    return scroll

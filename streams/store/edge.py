@@ -5,42 +5,65 @@ With a keyword index on user_id it serves thousands of filtered nearest-neighbou
 
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from dreamstream.schemas.errors import StoreError, StoreLocked
 from dreamstream.schemas.memory import Memory
 from dreamstream.streams.store.base import (
     INDEXED_FIELDS,
+    MIN_FREE_BYTES,
     VECTOR_SIZE,
     Where,
     conditions,
+    guarded,
     point_id,
     stored_payload,
     to_memory,
 )
 
+LOCK_FILE = "dream.lock"
 
+
+@guarded
 class EdgeStore:
-    """The embedded backend: a qdrant-edge shard in a local folder."""
+    """The embedded backend: a qdrant-edge shard in a local folder, owned by one process at a time.
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    The owner holds an exclusive lock on `dream.lock` in the folder, naming itself there; any other
+    process is refused with that name (StoreLocked) before it touches the engine's files, so a CLI read
+    never disturbs a running worker. The lock goes with the process, however it ends."""
+
+    def __init__(self, path: str | os.PathLike[str], owner: str | None = None) -> None:
         import qdrant_edge as qe
 
         self._qe = qe
         self.path = os.fspath(path)
+        os.makedirs(self.path, exist_ok=True)
+        self._lock = _take_lock(self.path, owner or f"pid {os.getpid()} ({os.path.basename(sys.argv[0]) or 'python'})")
+        try:
+            self.shard = self._open_shard()
+        except BaseException:
+            self._lock.close()
+            raise
+
+    def _open_shard(self) -> Any:
+        qe = self._qe
         config = qe.EdgeConfig(
             vectors=qe.EdgeVectorParams(size=VECTOR_SIZE, distance=qe.Distance.Cosine),
             max_search_threads=2,
         )
-        os.makedirs(self.path, exist_ok=True)
-        fresh = not any(name != ".lock" for name in os.listdir(self.path))
-        self.shard = qe.EdgeShard.create(self.path, config) if fresh else qe.EdgeShard.load(self.path)
+        fresh = not any(name not in (".lock", LOCK_FILE) for name in os.listdir(self.path))
+        shard = qe.EdgeShard.create(self.path, config) if fresh else qe.EdgeShard.load(self.path)
         if fresh:
             for name in INDEXED_FIELDS:
-                self.shard.update(qe.UpdateOperation.create_field_index(name, qe.PayloadSchemaType.Keyword))
+                shard.update(qe.UpdateOperation.create_field_index(name, qe.PayloadSchemaType.Keyword))
+        return shard
 
     def _filter(self, where: Where | None) -> Any:
         qe = self._qe
@@ -50,9 +73,16 @@ class EdgeStore:
             qe.FieldCondition(key=key, match=qe.MatchAny(any=value) if any_of else qe.MatchValue(value))
             for key, value, any_of in conditions(where)])
 
+    def _room(self) -> None:
+        free = shutil.disk_usage(self.path).free
+        if free < MIN_FREE_BYTES:
+            raise StoreError(f"disk nearly full: {free // 2**20} MiB free under {self.path}, writes need "
+                             f"{MIN_FREE_BYTES // 2**20} MiB (DREAM_MIN_FREE_MB)")
+
     def upsert(self, memories: Sequence[Memory]) -> None:
         if not memories:
             return
+        self._room()
         qe = self._qe
         points = []
         for memory in memories:
@@ -63,6 +93,7 @@ class EdgeStore:
         self.shard.update(qe.UpdateOperation.upsert_points(points))
 
     def update(self, memory_id: str, fields: Mapping[str, Any]) -> None:
+        self._room()
         self.shard.update(self._qe.UpdateOperation.set_payload([point_id(memory_id)], dict(fields)))
 
     def retrieve(self, memory_ids: Sequence[str], with_vectors: bool = False) -> dict[str, Memory]:
@@ -123,5 +154,25 @@ class EdgeStore:
         self.shard.optimize()
 
     def close(self) -> None:
-        self.shard.flush()
-        self.shard.close()
+        try:
+            self.shard.flush()
+            self.shard.close()
+        finally:
+            self._lock.close()  # releases the lock
+
+
+def _take_lock(path: str, owner: str) -> Any:
+    """The folder's lock, or StoreLocked naming who holds it."""
+    handle = open(os.path.join(path, LOCK_FILE), "a+")  # noqa: SIM115  (held for the store's lifetime)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise StoreLocked(f"store {path} is in use by {holder}") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(owner)
+    handle.flush()
+    return handle

@@ -16,12 +16,14 @@ from dreamstream.streams.store.base import (
     VECTOR_SIZE,
     Where,
     conditions,
+    guarded,
     point_id,
     stored_payload,
     to_memory,
 )
 
 
+@guarded
 class ServerStore:
     """A Qdrant server (or qdrant-client's local mode) through qdrant-client."""
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -65,7 +66,9 @@ _runtime: dict[str, Any] = {}
 
 
 def _build_processor() -> Processor:
-    store = metrics.TimedStore(open_configured(settings))
+    owner = (f"worker pid {os.getpid()}; read it over HTTP at "
+             f"http://{settings.http_host}:{settings.http_port}/v1/memories?user=...")
+    store = metrics.TimedStore(open_configured(settings, owner=owner))
     _runtime["store"] = store
     return Processor(store, shared_embedder(), keep_outbox=True)
 

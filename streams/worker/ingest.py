@@ -127,7 +127,7 @@ async def ingest(stream: faust.StreamT) -> None:
     again after a pause, never dead-lettered, and the worker reports itself not ready meanwhile.
     Per batch: store (each decision with its status events, core/ingest.py), publish, flush, mark the
     events sent, commit: a crash anywhere repeats at most the publishing, deduplicable by decision id."""
-    proc = await processor()
+    proc = await open_processor()
     await send_unsent(proc)
     ledger: InputOffsets[Any] = InputOffsets(reseek_after=max(2.0, settings.stall_seconds / 3))
     _runtime["ledger"] = ledger  # the watchdog reads it
@@ -163,6 +163,23 @@ async def ingest(stream: faust.StreamT) -> None:
         await commit(batch.upto)
         if result.dead_letters:
             log.warning("batch of %d: %d dead letters", len(items), len(result.dead_letters))
+
+
+async def open_processor() -> Processor:
+    """The worker's Processor; while the store cannot be opened (a full disk, another process holding
+    the folder) the worker stays up, not ready, and tries again with backoff."""
+    failures = 0
+    while True:
+        try:
+            proc = await processor()
+        except Exception as exc:
+            failures += 1
+            store_fault(exc, failures, 0)
+            await asyncio.sleep(min(30.0, 0.5 * 2 ** min(failures, 6)))
+            continue
+        if failures:
+            store_recovered(failures)
+        return proc
 
 
 async def send_unsent(proc: Processor) -> None:
@@ -207,6 +224,16 @@ async def on_shutdown(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) ->
 
 @app.timer(interval=5.0)
 async def flush_store() -> None:
-    """Edge stores persist on flush; the WAL covers the time between."""
-    if "processor" in _runtime:
+    """Edge stores persist on flush; the WAL covers the time between. A failing flush is a store
+    fault like any other: logged, and tried again on the next tick (a timer that raises stops the app)."""
+    if "processor" not in _runtime:
+        return
+    try:
         await on_store_thread(_runtime["processor"].store.flush)
+    except Exception as exc:
+        if not _runtime.get("flush_failing"):
+            log.error("store flush failed (retrying every 5 s): %s", exc)
+        _runtime["flush_failing"] = True
+    else:
+        if _runtime.pop("flush_failing", False):
+            log.warning("store flush works again")

@@ -51,30 +51,24 @@ async def stats_view(web: Any, request: Any) -> Any:
 
 @app.page("/v1/memories")
 async def memories_view(web: Any, request: Any) -> Any:
-    """GET ?user=U[&q=TEXT][&latest_only=1|&include_merged=1][&limit=N]: the same reads as the CLI."""
-    query = request.query
-    user = query.get("user")
-    if not user:
-        return aioweb.json_response({"error": "a read must name a user (?user=...)"}, status=400)
+    """GET ?user=U[&q=TEXT][&latest_only=1|&include_merged=1][&limit=N]: the same reads as the CLI.
+    Parameters are checked (400 with the reason); `limit` (1..1000; default 50 for a search, 1000
+    for a listing) applies to every read."""
     try:
-        mode = reads.mode_from_flags(_flag(query.get("latest_only")), _flag(query.get("include_merged")))
-        limit = int(query.get("limit", "50"))
+        read = reads.read_query(request.query)
     except ValueError as exc:
         return aioweb.json_response({"error": str(exc)}, status=400)
     proc = await processor()
-    text = query.get("q")
-    if text:
-        rows = await on_store_thread(reads.search, proc.store, proc.embed, user, text, mode, limit)
-        if rows:  # a search is a recall: it feeds decay and co-access (streams/worker/consolidation.py)
-            await accessed_topic.send(key=user.encode(), value=access_event(user, [r["memory_id"] for r in rows]))
+    if read.text:
+        rows = await on_store_thread(reads.search, proc.store, proc.embed, read.user, read.text, read.mode,
+                                     read.limit)
+        if rows:  # a search is a recall: it feeds decay and co-access (worker/consolidation.py)
+            await accessed_topic.send(key=read.user.encode(),
+                                      value=access_event(read.user, [r["memory_id"] for r in rows]))
     else:
-        rows = await on_store_thread(reads.get, proc.store, user, mode)
-    return aioweb.Response(body=orjson.dumps({"user": user, "mode": mode, "memories": rows}),
+        rows = (await on_store_thread(reads.get, proc.store, read.user, read.mode))[:read.limit]
+    return aioweb.Response(body=orjson.dumps({"user": read.user, "mode": read.mode, "memories": rows}),
                            content_type="application/json")
-
-
-def _flag(value: str | None) -> bool:
-    return value is not None and value.lower() in ("1", "true", "yes", "on", "")
 
 
 @app.page("/v1/consumer")

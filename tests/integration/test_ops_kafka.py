@@ -5,9 +5,11 @@ events on `memory.patterns` and run records on `dream.synthesis.runs`."""
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 import time
+import urllib.error
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -171,7 +173,12 @@ def test_consolidation_over_the_control_topic_schedules_and_access(worker: Worke
     assert sid not in listed.stdout and "(no schedules)" in listed.stdout
 
     hits = worker.read("user=cx&q=which%20database%20for%20auth&limit=1")["memories"]
-    assert hits
+    assert len(hits) == 1
+    assert len(worker.read("user=cx&include_merged=1&limit=2")["memories"]) == 2  # limit without q too
+    for bad in ("user=cx&q=x&limit=99999999999999999999", "user=cx&limit=0", "user=%20"):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            worker.read(bad)
+        assert refused.value.code == 400 and json.loads(refused.value.read())["error"]
     wait(lambda: worker.read("user=cx&include_merged=1")["memories"] and any(
         r.get("access_count") == 1 and r["memory_id"] == hits[0]["memory_id"]
         for r in worker.read("user=cx&include_merged=1")["memories"]), timeout=60)

@@ -156,3 +156,26 @@ def test_reprocess_rederives_decisions_and_keeps_every_memory(edge_store, embedd
     assert after["m-rp-3"].status == "active"
     assert [(s["memory_id"], s["to_status"]) for s in result.status_events] == [("m-rp-1", "superseded")]
     assert not list((tmp_path / "backup").iterdir())  # the safety copy is gone once done
+
+
+@pytest.mark.parametrize(("params", "error"), [
+    ({}, "a read must name a user"),
+    ({"user": "  "}, "a read must name a user"),
+    ({"user": "u", "limit": "99999999999999999999", "q": "x"}, "limit must be a whole number from 1 to 1000"),
+    ({"user": "u", "limit": "0"}, "limit must be"),
+    ({"user": "u", "limit": "-3"}, "limit must be"),
+    ({"user": "u", "limit": "ten"}, "limit must be"),
+    ({"user": "u", "latest_only": "1", "include_merged": "1"}, "exclude each other"),
+    ({"user": "u", "latest_only": "maybe"}, "latest_only must be 1/true or 0/false"),
+])
+def test_http_read_parameters_are_checked(params: dict[str, str], error: str) -> None:
+    with pytest.raises(ValueError, match=error):
+        reads.read_query(params)
+
+
+def test_http_read_parameters_default_and_limit_every_read() -> None:
+    assert reads.read_query({"user": "u"}) == reads.ReadQuery(user="u", mode="default", limit=reads.MAX_LIMIT,
+                                                              text=None)
+    assert reads.read_query({"user": "u", "q": "cats", "latest_only": "true"}).limit == 50
+    assert reads.read_query({"user": "u", "limit": "3", "include_merged": "1"}) == reads.ReadQuery(
+        user="u", mode="include_merged", limit=3, text=None)

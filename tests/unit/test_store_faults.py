@@ -1,0 +1,76 @@
+"""Store faults: a full disk, a folder held by another process, a failing backend. Each is a clear
+StoreError (retried by ingest, never a dead letter) and none damages the store."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dreamstream.schemas.errors import StoreError, StoreLocked
+from dreamstream.schemas.memory import Memory
+from dreamstream.streams.core.ingest import Incoming, Processor
+from dreamstream.streams.store import EdgeStore, ServerStore, edge
+from tests.unit.test_crash_consistency import GOOD
+
+DREAM = str(Path(sys.executable).with_name("dream"))
+
+
+def test_a_second_owner_is_refused_with_the_first_ones_name(tmp_path: Path) -> None:
+    first = EdgeStore(tmp_path / "store", owner="worker pid 4242; read it over HTTP at http://127.0.0.1:6066")
+    try:
+        with pytest.raises(StoreLocked, match="in use by worker pid 4242; read it over HTTP"):
+            EdgeStore(tmp_path / "store")
+    finally:
+        first.close()
+    EdgeStore(tmp_path / "store").close()  # released with its owner
+
+
+def test_the_cli_refuses_a_store_a_worker_holds_and_leaves_it_intact(tmp_path: Path, embedder: Any) -> None:
+    holder = EdgeStore(tmp_path / "store", owner="worker pid 4242; read it over HTTP at http://127.0.0.1:6066")
+    try:
+        Processor(holder, embedder).process([Incoming(raw=r) for r in GOOD[:5]])
+        out = subprocess.run([DREAM, "get", "--user", "user-ana", "--store", str(tmp_path / "store")],
+                             capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        assert out.returncode == 1
+        assert out.stderr.strip().splitlines() == [
+            f"Error: store {tmp_path / 'store'} is in use by worker pid 4242; read it over HTTP at "
+            "http://127.0.0.1:6066"]
+        assert holder.count() == 5  # the holder's store still works
+        Processor(holder, embedder).process([Incoming(raw=GOOD[5])])
+        assert holder.count() == 6
+    finally:
+        holder.close()
+
+
+def test_a_full_disk_refuses_writes_keeps_reads_and_recovers(tmp_path: Path, embedder: Any,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    store = EdgeStore(tmp_path / "store")
+    proc = Processor(store, embedder)
+    proc.process([Incoming(raw=r) for r in GOOD[:3]])
+    monkeypatch.setattr(edge, "MIN_FREE_BYTES", 2**62)  # no disk has this much free: "full"
+    with pytest.raises(StoreError, match="disk nearly full"):
+        proc.process([Incoming(raw=GOOD[3])])
+    assert store.count() == 3 and store.retrieve(["demo-m001"])["demo-m001"].text == "User lives in Lisbon."
+    monkeypatch.setattr(edge, "MIN_FREE_BYTES", 0)
+    result = proc.process([Incoming(raw=GOOD[3])])
+    assert result.outcomes["stored"] == 1 and not result.dead_letters
+    store.close()
+
+
+def test_backend_failures_surface_as_store_errors() -> None:
+    store = ServerStore(location=":memory:")
+    store.close()
+    with pytest.raises(StoreError, match="store count failed"):
+        store.count()
+    with pytest.raises(StoreError, match="store scroll failed"):
+        list(store.scroll())
+    memory = Memory(memory_id="m", user_id="u", text="t", created_at="2026-01-01T00:00:00Z",
+                    updated_at="2026-01-01T00:00:00Z")
+    with pytest.raises(StoreError):
+        store.upsert([memory])
