@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install system-deps kafka-start kafka-stop demo test lint typecheck bench bench-quality clean
+.PHONY: install system-deps kafka-start kafka-stop demo test lint typecheck bench bench-quality fault-test clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -51,6 +51,11 @@ bench: install kafka-start
 # Decision quality, synthetic and real, from one run (bench/quality.py; --json for machines).
 bench-quality: install
 	$(PY) bench/quality.py --synthesis
+
+# The fault campaign on the local broker (bench/faults.py): SIGKILLs, each apply step, broker restarts,
+# a full disk and a read-only store, a CLI on the worker's store. About 15 minutes; prints one line each.
+fault-test: install kafka-start
+	$(PY) bench/faults.py
 
 clean:
 	rm -rf .build .cache/bench-quality var

@@ -145,12 +145,13 @@ def user_key(raw: bytes) -> bytes:
         return b"undecodable"
 
 
-async def produce(kafka: str, topic: str, records: list[bytes]) -> None:
+async def produce(kafka: str, topic: str, records: list[bytes], keys: list[bytes] | None = None) -> None:
+    """Records to a topic, keyed by their user_id (or by `keys`, one per record)."""
     producer = AIOKafkaProducer(bootstrap_servers=kafka, acks="all", linger_ms=5)
     await producer.start()
     try:
-        for raw in records:
-            await producer.send(topic, raw, key=user_key(raw))
+        for n, raw in enumerate(records):
+            await producer.send(topic, raw, key=keys[n] if keys is not None else user_key(raw))
         await producer.flush()
     finally:
         await producer.stop()

@@ -1,0 +1,281 @@
+"""`make fault-test`: the fault campaign an operator would run, on the project's own broker.
+
+Scenarios, each ending in a check that the worker's store equals an in-process replay of the same
+events and that the status topic holds every decision id the store records:
+  kills      >= 2,000 events (the held-out case and the bad-input corpus mixed in), 10 random SIGKILLs
+             while they stream in; every bad record dead-lettered once, no valid one lost
+  steps      a SIGKILL at each step of applying a decision (DREAM_FAULT_AT, streams/core/faults.py)
+  broker     two broker restarts mid-stream
+  disk       a full disk (a small tmpfs filled up), then the store made read-only: the worker pauses,
+             stays up and not ready, and resumes when the fault clears (skipped where tmpfs cannot be
+             mounted)
+  lock       `dream get` on the running worker's store is refused; the worker is unaffected
+Prints one line per scenario and exits 1 if any check failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from dreamstream.streams.core.embedding import shared_embedder
+from dreamstream.streams.core.faults import STEPS
+from dreamstream.streams.core.ingest import Incoming, Processor
+from dreamstream.streams.core.replay import export_rows
+from dreamstream.streams.dev.localrun import ROOT, WorkerProcess, consume_all, produce
+from dreamstream.streams.store import EdgeStore
+from tests.helpers import bad_corpus
+
+KAFKA = os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092")
+WORK = ROOT / "var" / "faults"
+HELDOUT = ROOT / "bench" / "cases" / "heldout" / "events.jsonl"
+KAFKA_SH = ROOT / "deploy" / "kafka" / "kafka.sh"
+DREAM = str(Path(sys.executable).with_name("dream"))
+
+
+def stream() -> tuple[list[bytes], int]:
+    """The held-out case with the bad-input corpus spread through it, and how many records are bad."""
+    events = [r for r in HELDOUT.read_bytes().splitlines() if r.strip()]
+    records, bad, _ = bad_corpus()
+    mixed: list[bytes] = []
+    step = max(1, len(events) // len(records) + 1)
+    it = iter(records)
+    for n, raw in enumerate(events):
+        mixed.append(raw)
+        if n % step == 0:
+            mixed.extend(r for _, r in zip(range(2), it, strict=False))
+    mixed.extend(it)
+    return mixed, len(bad)
+
+
+def links(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """What must match between two runs: ids, statuses and links both ways (not wall-clock stamps)."""
+    return sorted((r["memory_id"], r["user_id"], r["kind"], r["status"], r.get("superseded_by"),
+                   tuple(sorted(r.get("supersedes") or ())), r.get("merged_into"),
+                   tuple(sorted(r.get("merged_from") or ())), tuple(r.get("sources") or ())) for r in rows)
+
+
+def reference(records: list[bytes], name: str) -> list[tuple[Any, ...]]:
+    """The same events replayed in process into a fresh store: what every faulty run must end in."""
+    path = WORK / name / "replay-store"
+    shutil.rmtree(path, ignore_errors=True)
+    store = EdgeStore(path)
+    try:
+        proc = Processor(store, shared_embedder())
+        for i in range(0, len(records), 64):
+            proc.process([Incoming(raw=r, topic="replay") for r in records[i:i + 64]])
+        return links(export_rows(store))
+    finally:
+        store.close()
+
+
+def finished(worker: WorkerProcess, expected: int, timeout: float = 600) -> None:
+    worker.wait_for(lambda s: s.get("memories", 0) >= expected, timeout=timeout)
+    time.sleep(3)  # the last batch's events published and its offsets committed
+
+
+def check(worker: WorkerProcess, ref: list[tuple[Any, ...]]) -> list[str]:
+    """The store against the replay, and every stored decision id on the status topic."""
+    worker.stop()
+    store = EdgeStore(worker.store_dir)
+    try:
+        rows = export_rows(store)
+        decided = {d["decision_id"] for m in store.scroll() for d in m.decisions if not d.get("undone")}
+    finally:
+        store.close()
+    problems = []
+    got = links(rows)
+    if got != ref:
+        diff = len(set(got) ^ set(ref))
+        problems.append(f"export differs from the replay in {diff} rows")
+    status = asyncio.run(consume_all(KAFKA, worker.topics["status"], 10**9, timeout=15))
+    missing = decided - {e["decision_id"] for e in status}
+    if missing:
+        problems.append(f"{len(missing)} of {len(decided)} decision ids never reached the status topic")
+    return problems
+
+
+def scenario(name: str, fn: Callable[[], list[str]], results: list[tuple[str, list[str], float]]) -> None:
+    start = time.monotonic()
+    try:
+        problems = fn()
+    except Exception as exc:  # a scenario that cannot finish is a failure, with its reason
+        problems = [f"{type(exc).__name__}: {exc}"]
+    seconds = time.monotonic() - start
+    results.append((name, problems, seconds))
+    print(f"{name:<7} {'ok' if not problems else 'FAILED':<7} {seconds:6.0f} s  " + ("; ".join(problems) or ""),
+          flush=True)
+
+
+def kills() -> list[str]:
+    records, n_bad = stream()
+    ref = reference(records, "kills")
+    expected = len(ref)
+    worker = WorkerProcess(KAFKA, f"faults-kills-{int(time.time())}", WORK / "kills")
+    worker.start()
+    rng = random.Random(7)
+    chunks = [records[i:i + 150] for i in range(0, len(records), 150)]
+    killed = 0
+    for n, chunk in enumerate(chunks):
+        asyncio.run(produce(KAFKA, worker.topics["added"], chunk))
+        if killed < 10 and n % max(1, len(chunks) // 10) == 0 and n:
+            time.sleep(rng.uniform(0.5, 4.0))  # somewhere inside a batch, a publish or a commit
+            worker.kill()
+            killed += 1
+            worker.start()
+    while killed < 10:
+        time.sleep(rng.uniform(0.5, 3.0))
+        worker.kill()
+        killed += 1
+        worker.start()
+    finished(worker, expected)
+    problems = check(worker, ref)
+    letters = asyncio.run(consume_all(KAFKA, worker.topics["dead"], 10**9, timeout=15))
+    per_record = Counter(base64.b64decode(d["original_b64"]) for d in letters)
+    _, bad, _ = bad_corpus()
+    want = Counter(raw for _, _, raw in bad)
+    if per_record != want:
+        problems.append(f"dead letters: {sum(per_record.values())} for {n_bad} bad records "
+                        f"({sum((per_record - want).values())} extra, {sum((want - per_record).values())} missing)")
+    print(f"        {len(records)} records ({n_bad} bad), {killed} SIGKILLs, {worker.restarts} watchdog restarts")
+    return problems
+
+
+def steps() -> list[str]:
+    records = [r for r in HELDOUT.read_bytes().splitlines() if r.strip()][:300]
+    ref = reference(records, "steps")
+    problems = []
+    for step in STEPS:
+        worker = WorkerProcess(KAFKA, f"faults-{step}-{int(time.time())}", WORK / f"step-{step}",
+                               {"DREAM_FAULT_AT": f"{step}:3"})
+        worker.start()
+        asyncio.run(produce(KAFKA, worker.topics["added"], records))
+        deadline = time.monotonic() + 120
+        while worker.proc is not None and worker.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if worker.proc is None or worker.proc.poll() is None:
+            problems.append(f"{step}: the fault point never fired")
+            worker.stop()
+            continue
+        worker.env.pop("DREAM_FAULT_AT")
+        worker.start()
+        finished(worker, len(ref))
+        problems += [f"{step}: {p}" for p in check(worker, ref)]
+    return problems
+
+
+def broker() -> list[str]:
+    records = [r for r in HELDOUT.read_bytes().splitlines() if r.strip()]
+    ref = reference(records, "broker")
+    worker = WorkerProcess(KAFKA, f"faults-broker-{int(time.time())}", WORK / "broker")
+    worker.start()
+    asyncio.run(produce(KAFKA, worker.topics["added"], records))
+    for _ in range(2):
+        time.sleep(4)
+        subprocess.run([str(KAFKA_SH), "stop"], check=True, capture_output=True)
+        time.sleep(3)
+        subprocess.run([str(KAFKA_SH), "start"], check=True, capture_output=True)
+    finished(worker, len(ref))
+    return check(worker, ref)
+
+
+def mount_tmpfs(path: Path, size_mb: int) -> bool:
+    path.mkdir(parents=True, exist_ok=True)
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(path)],
+                          capture_output=True).returncode == 0
+
+
+def disk() -> list[str]:
+    records = [r for r in HELDOUT.read_bytes().splitlines() if r.strip()][:400]
+    ref = reference(records, "disk")
+    mount = WORK / "disk" / "tmpfs"
+    subprocess.run(["umount", str(mount)], capture_output=True)
+    if not mount_tmpfs(mount, 256):
+        print("        skipped: tmpfs cannot be mounted here")
+        return []
+    problems: list[str] = []
+    worker = WorkerProcess(KAFKA, f"faults-disk-{int(time.time())}", WORK / "disk",
+                           {"DREAM_STORE": str(mount / "store")})
+    worker.store_dir = mount / "store"
+    try:
+        worker.start()
+        asyncio.run(produce(KAFKA, worker.topics["added"], records[:100]))
+        finished(worker, 100)
+        filler = mount / "filler"
+        free = shutil.disk_usage(mount).free
+        with filler.open("wb") as f:  # leave 16 MiB: under the 64 MiB writes need
+            f.truncate(0)
+            f.write(b"\0" * max(0, free - 16 * 2**20))
+        asyncio.run(produce(KAFKA, worker.topics["added"], records[100:250]))
+        time.sleep(8)
+        health = worker._get("/healthz")
+        if health.get("status") != "store_fault":
+            problems.append(f"disk full: /healthz says {health}, not store_fault")
+        if worker.proc is None or worker.proc.poll() is not None:
+            problems.append("disk full: the worker died")
+        filler.unlink()
+        finished(worker, 250, timeout=180)
+        subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
+        asyncio.run(produce(KAFKA, worker.topics["added"], records[250:]))
+        time.sleep(8)
+        if worker._get("/healthz").get("status") != "store_fault":
+            problems.append("read-only store: no store_fault on /healthz")
+        subprocess.run(["mount", "-o", "remount,rw", str(mount)], check=True)
+        finished(worker, len(ref), timeout=180)
+        problems += check(worker, ref)
+        letters = asyncio.run(consume_all(KAFKA, worker.topics["dead"], 10**9, timeout=5))
+        if letters:
+            problems.append(f"{len(letters)} valid events dead-lettered during the faults")
+    finally:
+        worker.stop()
+        subprocess.run(["umount", str(mount)], capture_output=True)
+    return problems
+
+
+def lock() -> list[str]:
+    records = [r for r in HELDOUT.read_bytes().splitlines() if r.strip()][:50]
+    worker = WorkerProcess(KAFKA, f"faults-lock-{int(time.time())}", WORK / "lock")
+    worker.start()
+    try:
+        asyncio.run(produce(KAFKA, worker.topics["added"], records))
+        finished(worker, 50)
+        out = subprocess.run([DREAM, "get", "--user", "u-x001", "--store", str(worker.store_dir)],
+                             capture_output=True, text=True, env=worker.env, timeout=120)
+        problems = []
+        if out.returncode != 1 or "in use by worker pid" not in out.stderr:
+            problems.append(f"the CLI was not refused: rc {out.returncode}, {out.stderr.strip()[:200]}")
+        extra = {**orjson.loads(records[0]), "event_id": "lock-e-1", "memory_id": "lock-m-1"}
+        asyncio.run(produce(KAFKA, worker.topics["added"], [orjson.dumps(extra)]))
+        worker.wait_for(lambda s: s.get("memories", 0) >= 51, timeout=60)
+        return problems
+    finally:
+        worker.stop()
+
+
+def main() -> int:
+    shutil.rmtree(WORK, ignore_errors=True)
+    WORK.mkdir(parents=True)
+    wanted = sys.argv[1:] or ["kills", "steps", "broker", "disk", "lock"]
+    results: list[tuple[str, list[str], float]] = []
+    for name in wanted:
+        scenario(name, globals()[name], results)
+    failed = [name for name, problems, _ in results if problems]
+    summary = f"{len(results) - len(failed)} of {len(results)} scenarios passed"
+    print(summary + (f"; failed: {failed}" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
