@@ -34,9 +34,9 @@ from dreamstream.streams.core.embedding import shared_embedder
 from dreamstream.streams.core.faults import STEPS
 from dreamstream.streams.core.ingest import Incoming, Processor
 from dreamstream.streams.core.replay import export_rows
+from dreamstream.streams.dev.corpus import bad_corpus
 from dreamstream.streams.dev.localrun import ROOT, WorkerProcess, consume_all, produce
 from dreamstream.streams.store import EdgeStore
-from tests.helpers import bad_corpus
 
 KAFKA = os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092")
 WORK = ROOT / "var" / "faults"

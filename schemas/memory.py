@@ -136,7 +136,7 @@ class Memory(MetadataView):
             "features": self.features,
             "pending": dict(self.pending),
             "outbox": list(self.outbox),
-            "outbox_pending": bool(self.outbox),
+            "outbox_state": "unsent" if self.outbox else None,
         }
 
     @classmethod

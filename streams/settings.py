@@ -189,6 +189,9 @@ class Settings(_EnvSettings):
     stall_seconds: float = Field(default=30.0, validation_alias="DREAM_STALL_SECONDS")
     """An input partition with records waiting and none delivered this long is re-seeked
     (streams/worker/watchdog.py)."""
+    min_free_mb: float = Field(default=64.0, validation_alias="DREAM_MIN_FREE_MB")
+    """An embedded store stops writing (ingest pauses, retries) below this much free disk: a full disk
+    inside the engine's memory-mapped files ends in SIGBUS, not in an error."""
     http_host: str = Field(default="127.0.0.1", validation_alias="DREAM_HTTP_HOST")
     http_port: int = Field(default=6066, validation_alias="DREAM_HTTP_PORT")
     synthesis_check_seconds: float = Field(default=60.0, validation_alias="DREAM_SYNTHESIS_CHECK_SECONDS")

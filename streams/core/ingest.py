@@ -241,12 +241,13 @@ class Processor:
     def mark_sent(self, memory_ids: Sequence[str]) -> None:
         """The status events kept on these memories were published: clear them."""
         for mid in dict.fromkeys(memory_ids):
-            self.store.update(mid, {"outbox": [], "outbox_pending": False})
+            self.store.update(mid, {"outbox": [], "outbox_state": "sent"})
 
     def unsent(self) -> BatchResult:
         """Every status event stored and not yet published (after a crash, at the worker's start)."""
         result = BatchResult()
-        for memory in sorted(self.store.scroll({"outbox_pending": True}), key=lambda m: (m.created_at, m.memory_id)):
+        unsent = self.store.scroll({"outbox_state": "unsent"})
+        for memory in sorted(unsent, key=lambda m: (m.created_at, m.memory_id)):
             result.status_events.extend(memory.outbox)
             result.outbox_owners.append(memory.memory_id)
         return result

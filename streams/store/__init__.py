@@ -13,6 +13,7 @@ from dreamstream.streams.settings import Settings
 from dreamstream.streams.store.base import (
     COLLECTION,
     INDEXED_FIELDS,
+    MIN_FREE_BYTES,
     VECTOR_SIZE,
     MemoryStore,
     Where,
@@ -29,7 +30,7 @@ __all__ = ["COLLECTION", "INDEXED_FIELDS", "VECTOR_SIZE", "EdgeStore", "MemorySt
 
 
 def open_store(store_dir: str | None = None, qdrant_url: str | None = None, api_key: str | None = None,
-               owner: str | None = None) -> Any:
+               owner: str | None = None, min_free_bytes: int = MIN_FREE_BYTES) -> Any:
     """The configured backend: a Qdrant server when a URL is given, else the embedded shard (locked by
     this process, `owner` saying who it is to any other that tries). Failures are StoreErrors."""
     if not qdrant_url and not store_dir:
@@ -39,7 +40,7 @@ def open_store(store_dir: str | None = None, qdrant_url: str | None = None, api_
             if qdrant_url == ":memory:":
                 return ServerStore(location=":memory:")
             return ServerStore(url=qdrant_url, api_key=api_key)
-        return EdgeStore(str(store_dir), owner=owner)
+        return EdgeStore(str(store_dir), owner=owner, min_free_bytes=min_free_bytes)
     except DreamError:
         raise
     except Exception as exc:
@@ -48,4 +49,5 @@ def open_store(store_dir: str | None = None, qdrant_url: str | None = None, api_
 
 def open_configured(settings: Settings, store_dir: str | None = None, owner: str | None = None) -> Any:
     """The store the settings name: QDRANT_URL when set, else `store_dir` or DREAM_STORE."""
-    return open_store(store_dir or settings.store_dir, settings.qdrant_url, settings.qdrant_api_key, owner)
+    return open_store(store_dir or settings.store_dir, settings.qdrant_url, settings.qdrant_api_key, owner,
+                      int(settings.min_free_mb * 2**20))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import os
 import re
 import unicodedata
 import uuid
@@ -23,7 +22,7 @@ COLLECTION = "dream_memories"
 NAMESPACE = uuid.UUID("5b0f3c62-7d7e-4f0e-9a55-0d1f6a1e9c11")
 INDEXED_FIELDS = (
     "memory_id", "user_id", "status", "kind", "text_key", "event_id",
-    "decision_ids", "project_id", "app_id", "agent_id", "run_id",
+    "decision_ids", "project_id", "app_id", "agent_id", "run_id", "outbox_state",
 )
 
 Where = Mapping[str, Any]
@@ -95,9 +94,9 @@ def sorted_by_time(memories: Iterable[Memory]) -> list[Memory]:
     return sorted(memories, key=lambda m: (m.created_at, m.memory_id))
 
 
-MIN_FREE_BYTES = int(float(os.environ.get("DREAM_MIN_FREE_MB", "64")) * 1024 * 1024)
+MIN_FREE_BYTES = 64 * 2**20
 """Writes to an embedded store stop (a StoreError, so ingest pauses and retries) below this much free
-disk: a full disk inside the engine's memory-mapped files ends in SIGBUS, not in an error."""
+disk by default (DREAM_MIN_FREE_MB): a full disk inside the engine's mapped files ends in SIGBUS."""
 
 GUARDED = ("upsert", "update", "retrieve", "nearest", "scroll", "count", "delete", "flush", "optimize",
            "rebuild_indexes")

@@ -39,11 +39,13 @@ class EdgeStore:
     process is refused with that name (StoreLocked) before it touches the engine's files, so a CLI read
     never disturbs a running worker. The lock goes with the process, however it ends."""
 
-    def __init__(self, path: str | os.PathLike[str], owner: str | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str], owner: str | None = None,
+                 min_free_bytes: int = MIN_FREE_BYTES) -> None:
         import qdrant_edge as qe
 
         self._qe = qe
         self.path = os.fspath(path)
+        self.min_free_bytes = min_free_bytes
         os.makedirs(self.path, exist_ok=True)
         self._lock = _take_lock(self.path, owner or f"pid {os.getpid()} ({os.path.basename(sys.argv[0]) or 'python'})")
         try:
@@ -75,9 +77,9 @@ class EdgeStore:
 
     def _room(self) -> None:
         free = shutil.disk_usage(self.path).free
-        if free < MIN_FREE_BYTES:
+        if free < self.min_free_bytes:
             raise StoreError(f"disk nearly full: {free // 2**20} MiB free under {self.path}, writes need "
-                             f"{MIN_FREE_BYTES // 2**20} MiB (DREAM_MIN_FREE_MB)")
+                             f"{self.min_free_bytes // 2**20} MiB (DREAM_MIN_FREE_MB)")
 
     def upsert(self, memories: Sequence[Memory]) -> None:
         if not memories:

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from dreamstream.streams.dev.corpus import bad_corpus
 from dreamstream.streams.dev.localrun import WorkerProcess, consume_all, produce, user_key
-from tests.helpers import bad_corpus, event, line
+from tests.helpers import event, line
 
 pytestmark = pytest.mark.kafka
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import orjson
 
+from dreamstream.streams.dev.corpus import bad_corpus
 from dreamstream.streams.store import EdgeStore
-from tests.helpers import bad_corpus
 
 DREAM = str(Path(sys.executable).with_name("dream"))
 

@@ -153,3 +153,13 @@ def test_a_record_keyed_by_another_user_is_dead_lettered(edge_store: Any, embedd
     result = Processor(edge_store, embedder).process([Incoming(raw=GOOD[0], topic="memory.added", key=key)])
     assert [d["reason"] for d in result.dead_letters] == ([reason] if reason else [])
     assert result.outcomes["stored"] == (0 if reason else 1)
+
+
+def test_events_stored_and_not_marked_sent_are_found_at_start(edge_store: Any, embedder: Any) -> None:
+    first = Processor(edge_store, embedder, keep_outbox=True).process([Incoming(raw=r) for r in GOOD[:12]])
+    assert first.status_events and first.outbox_owners  # the worker died before marking them sent
+    restarted = Processor(edge_store, embedder, keep_outbox=True)
+    unsent = restarted.unsent()
+    assert sorted(map(str, unsent.status_events)) == sorted(map(str, first.status_events))
+    restarted.mark_sent(unsent.outbox_owners)
+    assert restarted.unsent().status_events == []

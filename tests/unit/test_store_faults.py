@@ -14,7 +14,7 @@ import pytest
 from dreamstream.schemas.errors import StoreError, StoreLocked
 from dreamstream.schemas.memory import Memory
 from dreamstream.streams.core.ingest import Incoming, Processor
-from dreamstream.streams.store import EdgeStore, ServerStore, edge
+from dreamstream.streams.store import EdgeStore, ServerStore
 from tests.unit.test_crash_consistency import GOOD
 
 DREAM = str(Path(sys.executable).with_name("dream"))
@@ -48,16 +48,15 @@ def test_the_cli_refuses_a_store_a_worker_holds_and_leaves_it_intact(tmp_path: P
         holder.close()
 
 
-def test_a_full_disk_refuses_writes_keeps_reads_and_recovers(tmp_path: Path, embedder: Any,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_full_disk_refuses_writes_keeps_reads_and_recovers(tmp_path: Path, embedder: Any) -> None:
     store = EdgeStore(tmp_path / "store")
     proc = Processor(store, embedder)
     proc.process([Incoming(raw=r) for r in GOOD[:3]])
-    monkeypatch.setattr(edge, "MIN_FREE_BYTES", 2**62)  # no disk has this much free: "full"
+    store.min_free_bytes = 2**62  # no disk has this much free: "full"
     with pytest.raises(StoreError, match="disk nearly full"):
         proc.process([Incoming(raw=GOOD[3])])
     assert store.count() == 3 and store.retrieve(["demo-m001"])["demo-m001"].text == "User lives in Lisbon."
-    monkeypatch.setattr(edge, "MIN_FREE_BYTES", 0)
+    store.min_free_bytes = 0
     result = proc.process([Incoming(raw=GOOD[3])])
     assert result.outcomes["stored"] == 1 and not result.dead_letters
     store.close()
