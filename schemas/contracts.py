@@ -75,6 +75,8 @@ def _describe(error: jsonschema.ValidationError) -> str:
     if kind in ("enum", "const"):
         options = expected if isinstance(expected, list) else [expected]
         return f"{field} must be one of {', '.join(map(str, options))}"
+    if kind == "maxProperties":
+        return f"{field} has more than {expected} keys"
     if kind in ("minimum", "maximum"):
         return f"{field} must be {'>=' if kind == 'minimum' else '<='} {expected}"
     return f"{field} does not match the {kind} rule"

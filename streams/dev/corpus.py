@@ -51,6 +51,8 @@ def _bad_kinds(i: int, user: str) -> list[tuple[str, str, bytes]]:
         ("deep_metadata", "bad_field", changed(metadata=deep)),
         ("confidence_over_one", "bad_field", changed(metadata={"confidence": 7})),
         ("pinned_not_bool", "bad_field", changed(metadata={"pinned": "yes"})),
+        ("many_metadata_keys", "bad_field", changed(metadata={f"k{n}": n for n in range(100)})),
+        ("long_metadata_key", "bad_field", changed(metadata={"k" * 200: 1})),
         ("short_embedding", "bad_field", changed(embedding=[0.1, 0.2, 0.3])),
         ("zero_embedding", "bad_field", changed(embedding=[0.0] * 384)),
     ]
