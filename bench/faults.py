@@ -4,9 +4,9 @@ Scenarios, each ending in a check that the worker's store equals an in-process r
 events and that the status topic holds every decision id the store records:
   kills      >= 2,000 events (the held-out case and the bad-input corpus mixed in), 10 random SIGKILLs
              while they stream in; every bad record dead-lettered once, no valid one lost
-  steps      a SIGKILL at each step of applying a decision (DREAM_FAULT_AT, streams/core/faults.py)
+  steps      a SIGKILL at each step of applying a decision (DREAM_FAULT_AT, streams/faults.py)
   broker     two broker restarts mid-stream
-  disk       a full disk (a small tmpfs filled up), then the store made read-only: the worker pauses,
+  disk       a full disk (a small tmpfs filled up), then an unwritable store (EACCES): the worker pauses,
              stays up and not ready, and resumes when the fault clears (skipped where tmpfs cannot be
              mounted)
   lock       `dream get` on the running worker's store is refused; the worker is unaffected
@@ -31,11 +31,11 @@ from typing import Any
 import orjson
 
 from dreamstream.streams.core.embedding import shared_embedder
-from dreamstream.streams.core.faults import STEPS
 from dreamstream.streams.core.ingest import Incoming, Processor
 from dreamstream.streams.core.replay import export_rows
 from dreamstream.streams.dev.corpus import bad_corpus
 from dreamstream.streams.dev.localrun import ROOT, WorkerProcess, consume_all, produce
+from dreamstream.streams.faults import STEPS
 from dreamstream.streams.store import EdgeStore
 
 KAFKA = os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092")
@@ -206,8 +206,9 @@ def disk() -> list[str]:
         print("        skipped: tmpfs cannot be mounted here")
         return []
     problems: list[str] = []
+    flag = WORK / "disk" / "unwritable"
     worker = WorkerProcess(KAFKA, f"faults-disk-{int(time.time())}", WORK / "disk",
-                           {"DREAM_STORE": str(mount / "store")})
+                           {"DREAM_STORE": str(mount / "store"), "DREAM_FAULT_UNWRITABLE": str(flag)})
     worker.store_dir = mount / "store"
     try:
         worker.start()
@@ -227,12 +228,12 @@ def disk() -> list[str]:
             problems.append("disk full: the worker died")
         filler.unlink()
         finished(worker, 250, timeout=180)
-        subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
+        flag.touch()  # the store turns unwritable (EACCES on every write)
         asyncio.run(produce(KAFKA, worker.topics["added"], records[250:]))
         time.sleep(8)
         if worker._get("/healthz").get("status") != "store_fault":
-            problems.append("read-only store: no store_fault on /healthz")
-        subprocess.run(["mount", "-o", "remount,rw", str(mount)], check=True)
+            problems.append("unwritable store: no store_fault on /healthz")
+        flag.unlink()
         finished(worker, len(ref), timeout=180)
         problems += check(worker, ref)
         letters = asyncio.run(consume_all(KAFKA, worker.topics["dead"], 10**9, timeout=5))

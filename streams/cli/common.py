@@ -9,6 +9,7 @@ import asyncio
 import functools
 import sys
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -43,9 +44,35 @@ def run_async(fn: Callable[..., Coroutine[Any, Any, Any]]) -> Callable[..., Any]
     return wrapper
 
 
-def open_configured_store(store_dir: str | None) -> Any:
+class _Quiet:
+    """The progress bar's stand-in when stderr is not a terminal: scripts and logs stay clean."""
+
+    def __enter__(self) -> _Quiet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def update(self, n: int) -> None:
+        return None
+
+
+def progress_bar(length: int, label: str) -> Any:
+    """A progress bar on stderr for long work, shown only at a terminal (stdout keeps the result)."""
+    if not sys.stderr.isatty():
+        return _Quiet()
+    return click.progressbar(length=length, label=label, file=sys.stderr, show_pos=True, show_eta=True)
+
+
+def open_configured_store(store_dir: str | None, create: bool = False) -> Any:
+    """The store the options and settings name. Only a command that writes new memories (`replay`)
+    may create an embedded store: anywhere else a mistyped --store is an error, not an empty store."""
     from dreamstream.streams.store import open_configured  # numpy and the store client: only when used
 
+    folder = Path(store_dir or settings.store_dir)
+    if not settings.qdrant_url and not create and not (folder.is_dir() and any(folder.iterdir())):
+        raise click.ClickException(f"no store at {folder} (give --store DIR of an existing store, set "
+                                   "DREAM_STORE or QDRANT_URL, or fill one with `dream replay`)")
     return open_configured(settings, store_dir)
 
 
@@ -66,3 +93,12 @@ def print_rows(rows: list[dict[str, Any]], as_json: bool) -> None:
             link = f"  <- from {len(r['sources'])} memories"
         score = f" {r['score']:.3f}" if "score" in r else ""
         click.echo(f"[{r['label']:<8}]{score} {r['memory_id']}  {r['created_at'][:10]}  {r['text']}{link}")
+
+
+def print_table(header: list[str], rows: list[Any]) -> None:
+    """Columns aligned for people (the --json of each command is for machines); long cells cut at 60."""
+    cells = [[str(c) if len(str(c)) <= 60 else str(c)[:59] + "…" for c in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(header)]
+    click.echo("  ".join(h.upper().ljust(w) for h, w in zip(header, widths, strict=True)).rstrip())
+    for r in cells:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())

@@ -24,7 +24,7 @@ from typing import Any
 import click
 import orjson
 
-from dreamstream.streams.cli.common import open_configured_store, run_async, settings, store_option
+from dreamstream.streams.cli.common import open_configured_store, print_table, run_async, settings, store_option
 from dreamstream.streams.cli.control import request
 
 
@@ -58,6 +58,8 @@ def interactive(plan: Any) -> tuple[dict[int, str | None], bool]:
     for line in cons.render_report(plan).split("\n"):
         if line.strip() == "Which is current? [A/B/skip]":
             answer = _ask(line)
+            while answer is not None and answer.strip().lower() not in ("a", "b", "", "s", "skip"):
+                answer = _ask("Please answer A, B or skip (Enter skips). Which is current? [A/B/skip]")
             choices[conflict] = cons.parse_choice(answer or "")
             conflict += 1
         elif line == cons.APPLY_PROMPT:
@@ -220,21 +222,35 @@ async def schedule(action: str, schedule_id: str | None) -> None:
 
 @click.command()
 @store_option
-def stats(store_dir: str | None) -> None:
+@click.option("--json", "as_json", is_flag=True, default=False, help="One JSON object instead of tables.")
+def stats(store_dir: str | None, as_json: bool) -> None:
     """Counts by status, kind and type, and the last consolidation runs."""
     from dreamstream.streams.core import consolidation as runner
 
     store = open_configured_store(store_dir)
     try:
-        click.echo(json.dumps(runner.stats(store, store_dir or settings.store_dir), indent=2, sort_keys=True))
+        out = runner.stats(store, store_dir or settings.store_dir)
     finally:
         store.close()
+    if as_json:
+        click.echo(json.dumps(out, indent=2, sort_keys=True))
+        return
+    click.echo(f"{out['memories']} memories of {out['users']} user{'' if out['users'] == 1 else 's'}")
+    for title, key in (("status", "by_status"), ("kind", "by_kind"), ("type", "by_type")):
+        click.echo("")
+        print_table([title, "memories"], sorted(out[key].items(), key=lambda kv: (-kv[1], kv[0])))
+    runs = out.get("last_runs") or {}
+    if runs:
+        click.echo("")
+        print_table(["last run", "at", "status"],
+                    [(kind, str(r.get("at", ""))[:19], r.get("status", "ok")) for kind, r in sorted(runs.items())])
 
 
 @click.command()
 @click.argument("memory_id")
 @store_option
-def provenance(memory_id: str, store_dir: str | None) -> None:
+@click.option("--json", "as_json", is_flag=True, default=False, help="One JSON object instead of a table.")
+def provenance(memory_id: str, store_dir: str | None, as_json: bool) -> None:
     """What a memory merged, superseded or was synthesized from, with each decision's evidence."""
     from dreamstream.streams.core import consolidation as runner
 
@@ -245,4 +261,25 @@ def provenance(memory_id: str, store_dir: str | None) -> None:
         raise click.ClickException(str(exc.args[0])) from exc
     finally:
         store.close()
-    click.echo(json.dumps(out, indent=2, sort_keys=True, default=str))
+    if as_json:
+        click.echo(json.dumps(out, indent=2, sort_keys=True, default=str))
+        return
+    m = out["memory"]
+    click.echo(f"{m['memory_id']}  [{m['status']}]  {m['created_at'][:10]}  {m['text']}")
+    rows = []
+    for relation in ("superseded_by", "merged_into"):
+        if out[relation]:
+            rows.append((relation.replace("_", " "), out[relation]["memory_id"], out[relation]["status"],
+                         out[relation]["text"] or ""))
+    for relation in ("supersedes", "merged_from", "sources"):
+        rows += [(relation.replace("_", " "), x["memory_id"], x["status"], x["text"] or "") for x in out[relation]]
+    if rows:
+        click.echo("")
+        print_table(["link", "memory", "status", "text"], rows)
+    if out["decisions"]:
+        click.echo("")
+        print_table(["decision", "action", "rule", "at"],
+                    [(d["decision_id"], d["action"] + (" (undone)" if d.get("undone") else ""),
+                      str((d.get("evidence") or {}).get("rule", "")), str(d.get("at", ""))[:19])
+                     for d in out["decisions"]])
+        click.echo(f"\nUndo one: dream undo DECISION_ID   (evidence in full: dream provenance {memory_id} --json)")

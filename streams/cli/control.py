@@ -25,6 +25,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from dreamstream.schemas.control import COMMANDS, command
 from dreamstream.streams.cli.common import run_async, settings
 
+DESTRUCTIVE = {"erase": "erase deletes every memory of user {user} for good"}
+"""Commands that cannot be undone: confirmed at a terminal, or with --yes."""
+
 
 def parse_args(pairs: tuple[str, ...]) -> dict[str, Any]:
     out: dict[str, Any] = {}
@@ -86,11 +89,18 @@ async def request(name: str, args: dict[str, Any], timeout: float = 60.0) -> dic
 @click.argument("pairs", nargs=-1)
 @click.option("--id", "command_id", default=None, help="Command id (default: a fresh one); resending an id is a no-op.")
 @click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait for the reply.")
+@click.option("--yes", is_flag=True, default=False, help="Confirm a destructive command (erase) without asking.")
 @run_async
 async def control(name: str, pairs: tuple[str, ...], command_id: str | None,
-                  timeout: float) -> None:
+                  timeout: float, yes: bool) -> None:
     """Send one ops command to the worker(s) through Kafka and print the reply."""
-    body = command(name, parse_args(pairs), command_id, issued_by=getpass.getuser(), token=settings.control_token)
+    args = parse_args(pairs)
+    if name in DESTRUCTIVE and not yes:
+        what = DESTRUCTIVE[name].format(**{k: args.get(k, "?") for k in ("user",)})
+        if not sys.stdin.isatty():
+            raise click.ClickException(f"{what}: add --yes to confirm")
+        click.confirm(f"{what}. Go ahead?", abort=True)
+    body = command(name, args, command_id, issued_by=getpass.getuser(), token=settings.control_token)
     found = await send_and_wait(body, timeout)
     if found is None:
         raise click.ClickException(f"no reply to {body['id']} within {timeout:.0f}s (is a worker running?)")

@@ -20,6 +20,7 @@ from dreamstream.streams.cli.common import (
     mode_options,
     open_configured_store,
     print_rows,
+    progress_bar,
     settings,
     store_option,
 )
@@ -70,19 +71,22 @@ def replay(file: Path, store_dir: str | None, dead_path: Path | None,
     from dreamstream.streams.core.judges import pattern_writer_from_settings
     from dreamstream.streams.core.replay import ReplaySummary, replay_file, replay_with_synthesis
 
-    store = open_configured_store(store_dir)
+    store = open_configured_store(store_dir, create=True)
     summary: ReplaySummary
     try:
-        if synthesis:
-            state = state_for(store_dir)
-            summary = replay_with_synthesis(file, store, state, batch_size=batch_size,
-                                                          dead_path=dead_path,
-                                                          write_text=pattern_writer_from_settings(settings))
-        else:
-            summary = replay_file(file, store, dead_path=dead_path, batch_size=batch_size)
+        with progress_bar(sum(1 for line in file.open("rb") if line.strip()), "Replaying events") as bar:
+            if synthesis:
+                summary = replay_with_synthesis(file, store, state_for(store_dir), batch_size=batch_size,
+                                                dead_path=dead_path, progress=bar.update,
+                                                write_text=pattern_writer_from_settings(settings))
+            else:
+                summary = replay_file(file, store, dead_path=dead_path, batch_size=batch_size, progress=bar.update)
     finally:
         store.close()
     click.echo(summary.describe())
+    if summary.lines and summary.dead == summary.lines:
+        raise click.ClickException(f"none of the {summary.lines} lines of {file} is a memory event (all are in "
+                                   f"{summary.dead_path}): dream replay reads JSON lines of events (README, Events)")
 
 
 @dream.command()

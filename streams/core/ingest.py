@@ -23,8 +23,8 @@ from dreamstream.agents.decisions import Decision
 from dreamstream.schemas.errors import StoreError
 from dreamstream.schemas.events import InvalidEvent, dead_letter, now_iso, parse_memory_event, status_event
 from dreamstream.schemas.memory import EMBEDDING_DIM, LINK_FIELDS, Memory, MemoryAdded, parse_time
-from dreamstream.streams import settings
-from dreamstream.streams.core import faults, judges
+from dreamstream.streams import faults, settings
+from dreamstream.streams.core import judges
 from dreamstream.streams.core.undo import undo_decision
 from dreamstream.streams.store import MemoryStore, text_key
 

@@ -94,8 +94,16 @@ def row(memory: Memory, score: float | None = None) -> dict[str, Any]:
     return out
 
 
+def current_first(memory: Memory) -> int:
+    """0 for what holds now (active facts, patterns), 1 for history, 2 for merged and expired: every
+    read lists current facts before history, so a replaced fact never tops a search."""
+    return 0 if memory.status == "active" else 1 if memory.status == "superseded" else 2
+
+
 def get(store: MemoryStore, user_id: str, mode: str = "default") -> list[dict[str, Any]]:
-    memories = sorted(store.scroll(_where(user_id, mode)), key=lambda m: (m.created_at, m.memory_id))
+    """A user's memories, current ones first, each group oldest first."""
+    memories = sorted(store.scroll(_where(user_id, mode)),
+                      key=lambda m: (current_first(m), m.created_at, m.memory_id))
     return [row(m) for m in memories]
 
 
@@ -107,12 +115,14 @@ def search(
     mode: str = "default",
     limit: int = 10,
 ) -> list[dict[str, Any]]:
-    """Ranked by relevance times a retrievability factor (decay biases ranking, it never hides a
-    memory: the factor has a floor); each row keeps its raw `relevance` beside the ranked `score`."""
+    """The `limit` best matches, ranked by relevance times a retrievability factor (decay biases
+    ranking, it never hides a memory: the factor has a floor), then listed current facts first and
+    history after; each row keeps its raw `relevance` beside the ranked `score`."""
     vector = embed([text])[0]
     now = now_utc()
     hits = store.nearest(vector, _where(user_id, mode), max(limit * 3, limit + 10))
-    ranked = sorted(((m, s, s * memory_rank_factor(m, now)) for m, s in hits), key=lambda x: -x[2])[:limit]
+    best = sorted(((m, s, s * memory_rank_factor(m, now)) for m, s in hits), key=lambda x: -x[2])[:limit]
+    ranked = sorted(best, key=lambda x: (current_first(x[0]), -x[2]))
     rows = []
     for m, relevance, score in ranked:
         r = row(m, score)

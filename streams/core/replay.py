@@ -53,8 +53,10 @@ def replay_file(
     after_batch: Callable[[list[Incoming]], BatchResult | None] | None = None,
     at_end: Callable[[], BatchResult | None] | None = None,
     summary: ReplaySummary | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> ReplaySummary:
-    """Replays a JSONL file through the same Processor the stream uses.
+    """Replays a JSONL file through the same Processor the stream uses; `progress(n)` hears of each
+    batch of n lines done (the CLI's progress bar).
 
     `after_batch` (given each batch once processed) and `at_end` let a caller act on the way, in event
     time — replay with synthesis runs the schedule there; what they return counts in the summary.
@@ -73,6 +75,8 @@ def replay_file(
         extra = after_batch(batch) if after_batch else None
         if extra is not None:
             total.extend(extra)
+        if progress is not None:
+            progress(len(batch))
         batch.clear()
 
     with path.open("rb") as f:
@@ -166,6 +170,7 @@ def replay_with_synthesis(
     cadence_days: float = synthesis.CADENCE_DAYS,
     dead_path: Path | None = None,
     write_text: synthesis.WriteText | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> SynthReplaySummary:
     """Replays a file with synthesis on from its first event, on the weekly schedule in event time.
 
@@ -210,7 +215,7 @@ def replay_with_synthesis(
         return synth(latest, force=True) if latest is not None else None
 
     replay_file(path, store, dead_path=dead_path, batch_size=batch_size, processor=processor,
-                after_batch=after_batch, at_end=at_end, summary=summary)
+                after_batch=after_batch, at_end=at_end, summary=summary, progress=progress)
     summary.stored = summary.outcomes["stored"]
     summary.patterns_final = store.count({"kind": "pattern", "status": "active"})
     return summary

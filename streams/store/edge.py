@@ -16,6 +16,7 @@ import numpy as np
 
 from dreamstream.schemas.errors import StoreError, StoreLocked
 from dreamstream.schemas.memory import Memory
+from dreamstream.streams import faults
 from dreamstream.streams.store.base import (
     INDEXED_FIELDS,
     MIN_FREE_BYTES,
@@ -76,6 +77,8 @@ class EdgeStore:
             for key, value, any_of in conditions(where)])
 
     def _room(self) -> None:
+        """Before a write: the disk has room for it (and no test has made the store unwritable)."""
+        faults.check_writable(self.path)
         free = shutil.disk_usage(self.path).free
         if free < self.min_free_bytes:
             raise StoreError(f"disk nearly full: {free // 2**20} MiB free under {self.path}, writes need "

@@ -140,8 +140,11 @@ async def erase(cmd: Command) -> dict[str, Any]:
 async def reprocess(cmd: Command) -> dict[str, Any]:
     user = cmd.args["user"]
     backup = os.path.join(settings.data_dir, "reprocess")
-    result = await on_store_thread((await processor()).reprocess_user, user, backup)
+    proc = await processor()
+    result = await on_store_thread(proc.reprocess_user, user, backup)
     await publish(result)
+    await app.producer.flush()
+    await on_store_thread(proc.mark_sent, result.outbox_owners)
     return {"user": user, "memories": result.outcomes["stored"], "decisions": dict(result.decisions)}
 
 

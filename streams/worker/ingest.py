@@ -16,7 +16,7 @@ import faust
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from dreamstream.schemas.errors import StoreError
-from dreamstream.streams.core import faults
+from dreamstream.streams import faults
 from dreamstream.streams.core.ingest import Incoming, Processor
 from dreamstream.streams.worker import metrics
 from dreamstream.streams.worker.app import _runtime, app, ingest_channel, on_store_thread, processor, publish, settings

@@ -104,7 +104,12 @@ def test_pause_resume_erase(worker: WorkerProcess) -> None:
     assert worker.stats()["memories"] == 1  # held back while paused ...
     assert dream_control(worker, "ingest.resume")[1]["details"] == {"paused": False}
     worker.wait_for(lambda s: s.get("memories") == 2, timeout=60)  # ... and nothing lost
-    rc, erased = dream_control(worker, "erase", "user=px")
+    dream = str(Path(sys.executable).with_name("dream"))
+    unconfirmed = subprocess.run([dream, "control", "erase", "user=px"], env=worker.env, capture_output=True,
+                                 text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert unconfirmed.returncode == 1 and "add --yes to confirm" in unconfirmed.stderr
+    assert worker.stats()["memories"] == 2  # nothing sent
+    rc, erased = dream_control(worker, "erase", "user=px", "--yes")
     assert rc == 0 and erased["details"]["deleted"] == 2
     assert worker.read("user=px&include_merged=1")["memories"] == []
     audit = asyncio.run(consume_all(worker.kafka, worker.topics["status"], 1, 20,

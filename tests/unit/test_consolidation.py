@@ -242,8 +242,9 @@ def test_interactive_answers_through_a_terminal(tmp_path: Path, embedder: Any) -
 
     store_dir = _filled_store(tmp_path, embedder)
     base = [DREAM, "consolidate", "--user", "u1", "--app", "proj", "--store", str(store_dir)]
-    cancelled = _pty_run(base, ["b", "n"])
+    cancelled = _pty_run(base, ["maybe", "b", "n"])  # an answer that is none of A, B, skip is asked again
     assert "Which is current? [A/B/skip]" in cancelled and cancelled.rstrip().endswith("Cancelled. No changes made.")
+    assert cancelled.count("Please answer A, B or skip") == 1
     s = EdgeStore(store_dir)
     assert all(m.status == "active" for m in s.scroll({"user_id": "u1"}))
     s.close()

@@ -1,6 +1,6 @@
 """A crash at any step of applying a decision is invisible or completed on the next delivery, and no
 decision's status events are lost (the outbox). Crashes are raised in process at the fault points
-(streams/core/faults.py); the worker-level SIGKILL campaign is `make fault-test`."""
+(streams/faults.py); the worker-level SIGKILL campaign is `make fault-test`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from dreamstream.schemas.errors import StoreError
-from dreamstream.streams.core import faults
+from dreamstream.streams import faults
 from dreamstream.streams.core.ingest import Incoming, Processor
 from dreamstream.streams.store import EdgeStore
 from tests.conftest import ROOT

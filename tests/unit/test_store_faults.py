@@ -73,3 +73,17 @@ def test_backend_failures_surface_as_store_errors() -> None:
                     updated_at="2026-01-01T00:00:00Z")
     with pytest.raises(StoreError):
         store.upsert([memory])
+
+
+def test_an_unwritable_store_is_a_store_error_until_it_is_writable_again(
+        tmp_path: Path, embedder: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    flag = tmp_path / "unwritable"
+    monkeypatch.setenv("DREAM_FAULT_UNWRITABLE", str(flag))
+    store = EdgeStore(tmp_path / "store")
+    proc = Processor(store, embedder)
+    flag.touch()
+    with pytest.raises(StoreError, match="Permission denied"):
+        proc.process([Incoming(raw=GOOD[0])])
+    flag.unlink()
+    assert proc.process([Incoming(raw=GOOD[0])]).outcomes["stored"] == 1
+    store.close()

@@ -11,16 +11,24 @@ an operator would see a crash: no cleanup, no flush). Steps, in order, for one e
     marked     (worker) the events marked sent in the store, the offsets not yet committed
 
 Unset (the default) every point is a no-op. Tests in process use `arm()` to raise instead of killing.
+
+`DREAM_FAULT_UNWRITABLE=FILE` makes every write to an embedded store fail with EACCES while FILE
+exists: an unwritable store an operator can switch on and off (root ignores file modes, and a
+filesystem with the store's files open cannot be remounted read-only).
+
+Below every layer (it imports nothing of the project), so the store can use it too.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 from collections.abc import Callable
 
 STEPS = ("stored", "target", "applied", "published", "marked")
 ENV = "DREAM_FAULT_AT"
+UNWRITABLE_ENV = "DREAM_FAULT_UNWRITABLE"
 
 
 def _kill() -> None:
@@ -68,3 +76,10 @@ def point(step: str) -> None:
     _passed[step] = _passed.get(step, 0) + 1
     if _passed[step] == _armed[step]:
         _action()
+
+
+def check_writable(path: str) -> None:
+    """Raises EACCES for a write under `path` while the DREAM_FAULT_UNWRITABLE flag file exists."""
+    flag = os.environ.get(UNWRITABLE_ENV)
+    if flag and os.path.exists(flag):
+        raise PermissionError(errno.EACCES, "Permission denied (DREAM_FAULT_UNWRITABLE)", path)

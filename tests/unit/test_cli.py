@@ -1,0 +1,73 @@
+"""The `dream` command as a person at a shell meets it: one-line errors, no silent surprises."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from dreamstream.streams.core import reads
+from dreamstream.streams.core.ingest import Incoming, Processor
+from tests.unit.test_crash_consistency import GOOD
+
+DREAM = str(Path(sys.executable).with_name("dream"))
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
+
+
+def dream(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([DREAM, *args], capture_output=True, text=True, timeout=300, env=ENV)
+
+
+def test_a_mistyped_store_is_an_error_not_an_empty_store(tmp_path: Path) -> None:
+    out = dream("get", "--user", "u", "--store", str(tmp_path / "typo"))
+    assert out.returncode == 1 and len(out.stderr.strip().splitlines()) == 1
+    assert out.stderr.startswith(f"Error: no store at {tmp_path / 'typo'}")
+    assert not (tmp_path / "typo").exists()
+
+
+def test_a_file_without_a_single_event_fails_the_replay(tmp_path: Path) -> None:
+    csv = tmp_path / "memories.csv"
+    csv.write_text("user,text\nu-1,likes tea\nu-1,lives in Porto\n")
+    out = dream("replay", str(csv), "--store", str(tmp_path / "store"))
+    assert out.returncode == 1
+    assert "Error: none of the 3 lines of" in out.stderr and "is a memory event" in out.stderr
+
+
+def test_an_unknown_decision_is_one_line(tmp_path: Path, embedder: Any) -> None:
+    from dreamstream.streams.store import EdgeStore
+
+    store = EdgeStore(tmp_path / "store")
+    Processor(store, embedder).process([Incoming(raw=r) for r in GOOD[:2]])
+    store.close()
+    out = dream("undo", "d-nope", "--store", str(tmp_path / "store"))
+    assert out.returncode == 1 and out.stderr.strip() == "Error: no decision d-nope"
+
+
+def test_reads_list_current_facts_before_history(edge_store: Any, embedder: Any) -> None:
+    Processor(edge_store, embedder).process([Incoming(raw=r) for r in GOOD[:12]])  # Ana moved: m001 is history
+    rows = reads.search(edge_store, embedder, "user-ana", "where does the user live", limit=5)
+    labels = [r["label"] for r in rows]
+    assert "history" in labels and labels == sorted(labels, key=lambda x: x == "history")
+    assert rows[0]["label"] == "current"
+    listed = [r["label"] for r in reads.get(edge_store, "user-ana")]
+    assert listed.index("history") > max(i for i, x in enumerate(listed) if x == "current")
+
+
+def test_stats_and_provenance_print_tables_and_json(tmp_path: Path, embedder: Any) -> None:
+    import json
+
+    from dreamstream.streams.store import EdgeStore
+
+    store = EdgeStore(tmp_path / "store")
+    Processor(store, embedder).process([Incoming(raw=r) for r in GOOD[:12]])
+    store.close()
+    table = dream("stats", "--store", str(tmp_path / "store"))
+    assert table.returncode == 0 and table.stdout.startswith("12 memories of 1 user\n")
+    assert "STATUS" in table.stdout and "superseded" in table.stdout
+    assert json.loads(dream("stats", "--json", "--store", str(tmp_path / "store")).stdout)["memories"] == 12
+    prov = dream("provenance", "demo-m009", "--store", str(tmp_path / "store"))
+    assert prov.returncode == 0 and "supersedes  demo-m001" in prov.stdout and "DECISION" in prov.stdout
+    as_json = json.loads(dream("provenance", "demo-m009", "--json", "--store", str(tmp_path / "store")).stdout)
+    assert as_json["supersedes"][0]["memory_id"] == "demo-m001"
