@@ -36,13 +36,13 @@ test: install system-deps kafka-start
 
 # ruff, then the import graph's layers and cycles (streams/dev/layers.py).
 lint: install
-	$(VENV)/bin/ruff check streams agents schemas tests bench
+	$(VENV)/bin/ruff check streams agents schemas client tests bench
 	$(PY) -m dreamstream.streams.dev.layers
 
 # mypy needs the dreamstream.* names; a throwaway tree of links gives it them.
 typecheck: install
 	@rm -rf .build/typecheck && mkdir -p .build/typecheck/dreamstream
-	@for d in streams agents schemas; do ln -s ../../../$$d .build/typecheck/dreamstream/$$d; done
+	@for d in streams agents schemas client; do ln -s ../../../$$d .build/typecheck/dreamstream/$$d; done
 	cd .build/typecheck && ../../$(VENV)/bin/mypy --config-file ../../pyproject.toml -p dreamstream
 
 bench: install kafka-start

@@ -197,6 +197,9 @@ class Settings(_EnvSettings):
     synthesis_check_seconds: float = Field(default=60.0, validation_alias="DREAM_SYNTHESIS_CHECK_SECONDS")
     synthesis_cadence: str = Field(default="weekly", validation_alias="DREAM_SYNTHESIS_CADENCE")
     """`weekly`, `daily`, `biweekly` or a number of days."""
+    api_token: OptStr = Field(default=None, validation_alias="DREAM_API_TOKEN")
+    """When set, the HTTP API (/v1/...) needs `Authorization: Bearer <token>`; when unset it answers
+    loopback clients only."""
     control_token: OptStr = Field(default=None, validation_alias="DREAM_CONTROL_TOKEN")
     retention_file: OptStr = Field(default=None, validation_alias="DREAM_RETENTION_FILE")
     """JSON {metadata.type: days | null} laid over the default retention policies."""

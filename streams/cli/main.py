@@ -26,21 +26,29 @@ from dreamstream.streams.cli.common import (
 )
 from dreamstream.streams.cli.consolidate import consolidate, provenance, schedule, stats
 from dreamstream.streams.cli.control import control
+from dreamstream.streams.cli.mcp import mcp
 from dreamstream.streams.cli.synthesis import state_for, synthesis, synthesize
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(version("dreamstream"), prog_name="dreamstream")
-def dream() -> None:
+@click.option("--debug", is_flag=True, default=False, help="Show the full traceback of an unexpected error.")
+def dream(debug: bool) -> None:
     """dreamstream: keeps every user's long-term AI memory coherent (merge, supersede, synthesize)."""
 
 
 def main() -> None:
-    """The `dream` entry point: dreamstream's own errors as one line, a closed pipe (`| head`) quietly."""
+    """The `dream` entry point: errors as one line (a traceback only with --debug), a closed pipe
+    (`| head`) quietly."""
     try:
         dream(prog_name="dream")
     except DreamError as exc:
         click.echo(f"Error: {exc}", err=True)
+        sys.exit(1)
+    except Exception as exc:
+        if "--debug" in sys.argv[1:]:
+            raise
+        click.echo(f"Error: {type(exc).__name__}: {exc} (run `dream --debug ...` for the traceback)", err=True)
         sys.exit(1)
     except BrokenPipeError:
         # Python's documented way out: point stdout at devnull so the interpreter's final flush is silent.
@@ -161,5 +169,5 @@ def undo(decision_id: str, store_dir: str | None) -> None:
     store.close()
 
 
-for command in (consolidate, schedule, stats, provenance, control, synthesis, synthesize):
+for command in (consolidate, schedule, stats, provenance, control, synthesis, synthesize, mcp):
     dream.add_command(command)

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import sys
 
-from dreamstream.streams.worker import consolidation, control, ingest, synthesis, watchdog, web
+from dreamstream.streams.worker import api, consolidation, control, ingest, synthesis, watchdog, web
 from dreamstream.streams.worker.app import app, settings
 from dreamstream.streams.worker.topics import ensure_topics_sync
 
-AGENT_MODULES = (ingest, control, synthesis, consolidation, watchdog, web)
+AGENT_MODULES = (ingest, control, synthesis, consolidation, watchdog, web, api)
 """What registers on the app; listed so that importing them is a use, not a side effect to lint away."""
 
 

@@ -1,4 +1,5 @@
-"""The worker's HTTP pages: health, counts, reads, the consumer's state and Prometheus metrics."""
+"""The worker's operational pages: health, counts, the consumer's state and Prometheus metrics (the
+memory API is worker/api.py)."""
 
 from __future__ import annotations
 
@@ -6,14 +7,11 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-import orjson
 from aiohttp import web as aioweb
 from faust.sensors.prometheus import setup_prometheus_sensors
 
-from dreamstream.streams.core import reads
 from dreamstream.streams.worker import metrics
-from dreamstream.streams.worker.app import _runtime, app, on_store_thread, processor
-from dreamstream.streams.worker.consolidation import access_event, accessed_topic
+from dreamstream.streams.worker.app import _runtime, app, on_store_thread
 from dreamstream.streams.worker.watchdog import stalled_partitions
 
 log = logging.getLogger("dreamstream.web")
@@ -47,28 +45,6 @@ async def stats_view(web: Any, request: Any) -> Any:
         return {"memories": sum(by_status.values()), **by_status}
 
     return aioweb.json_response({"ready": True, **(await on_store_thread(counts))})
-
-
-@app.page("/v1/memories")
-async def memories_view(web: Any, request: Any) -> Any:
-    """GET ?user=U[&q=TEXT][&latest_only=1|&include_merged=1][&limit=N]: the same reads as the CLI.
-    Parameters are checked (400 with the reason); `limit` (1..1000; default 50 for a search, 1000
-    for a listing) applies to every read."""
-    try:
-        read = reads.read_query(request.query)
-    except ValueError as exc:
-        return aioweb.json_response({"error": str(exc)}, status=400)
-    proc = await processor()
-    if read.text:
-        rows = await on_store_thread(reads.search, proc.store, proc.embed, read.user, read.text, read.mode,
-                                     read.limit)
-        if rows:  # a search is a recall: it feeds decay and co-access (worker/consolidation.py)
-            await accessed_topic.send(key=read.user.encode(),
-                                      value=access_event(read.user, [r["memory_id"] for r in rows]))
-    else:
-        rows = (await on_store_thread(reads.get, proc.store, read.user, read.mode))[:read.limit]
-    return aioweb.Response(body=orjson.dumps({"user": read.user, "mode": read.mode, "memories": rows}),
-                           content_type="application/json")
 
 
 @app.page("/v1/consumer")

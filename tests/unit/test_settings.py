@@ -15,7 +15,7 @@ ENV_NAMES = {  # field -> the variable it has always been read from
     "data_dir": "DREAM_DATA_DIR", "qdrant_url": "QDRANT_URL", "qdrant_api_key": "QDRANT_API_KEY",
     "batch_size": "DREAM_BATCH_SIZE", "batch_within": "DREAM_BATCH_WITHIN",
     "session_timeout": "DREAM_SESSION_TIMEOUT", "stall_seconds": "DREAM_STALL_SECONDS",
-    "min_free_mb": "DREAM_MIN_FREE_MB",
+    "min_free_mb": "DREAM_MIN_FREE_MB", "api_token": "DREAM_API_TOKEN",
     "http_host": "DREAM_HTTP_HOST", "http_port": "DREAM_HTTP_PORT",
     "synthesis_check_seconds": "DREAM_SYNTHESIS_CHECK_SECONDS", "synthesis_cadence": "DREAM_SYNTHESIS_CADENCE",
     "control_token": "DREAM_CONTROL_TOKEN", "retention_file": "DREAM_RETENTION_FILE", "judge": "DREAM_JUDGE",

@@ -1,0 +1,221 @@
+"""`dreamstream.client`: the worker's memory API from Python, sync (`Client`) and async (`AsyncClient`).
+
+    from dreamstream.client import Client
+
+    with Client("http://127.0.0.1:6066") as dream:
+        added = dream.add("u-1", "Lives in Lisbon.")
+        dream.wait_for(added.memory_id)
+        for m in dream.search("u-1", "where does the user live").memories:
+            print(m.label, m.text)
+
+Adding is asynchronous by design (the event goes through Kafka like any producer's): `add` returns
+the ids at once and `wait_for` waits until the memory is stored. Built on httpx; errors are
+`DreamAPIError` with the API's one-line reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+__all__ = ["Accepted", "AsyncClient", "Client", "DreamAPIError", "Memory", "Page"]
+
+DEFAULT_URL = "http://127.0.0.1:6066"
+
+
+class DreamAPIError(Exception):
+    """The API refused a call: `status` is the HTTP status, the message its reason."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{status}: {message}")
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Accepted:
+    event_id: str
+    memory_id: str
+    user_id: str
+
+
+@dataclass(frozen=True)
+class Memory:
+    """One memory as the API returns it; `label` is current, history, pattern, merged or expired, and
+    `replaced_by` names the memory that holds now for a history row."""
+
+    memory_id: str
+    user_id: str
+    text: str
+    status: str
+    label: str
+    created_at: str
+    superseded_by: str | None = None
+    merged_into: str | None = None
+    replaced_by: dict[str, Any] | None = None
+    score: float | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Memory:
+        return cls(memory_id=row["memory_id"], user_id=row["user_id"], text=row["text"], status=row["status"],
+                   label=row.get("label", row["status"]), created_at=row["created_at"],
+                   superseded_by=row.get("superseded_by"), merged_into=row.get("merged_into"),
+                   replaced_by=row.get("replaced_by"), score=row.get("score"), raw=dict(row))
+
+
+@dataclass(frozen=True)
+class Page:
+    memories: list[Memory]
+    next_cursor: str | None
+
+
+def _read_params(user_id: str, query: str | None, latest_only: bool, include_merged: bool, limit: int | None,
+                 cursor: str | None, filters: Mapping[str, str | None]) -> dict[str, str]:
+    params: dict[str, str] = {"user": user_id}
+    if query:
+        params["q"] = query
+    if latest_only:
+        params["latest_only"] = "1"
+    if include_merged:
+        params["include_merged"] = "1"
+    if limit is not None:
+        params["limit"] = str(limit)
+    if cursor:
+        params["cursor"] = cursor
+    params.update({k: str(v) for k, v in filters.items() if v is not None})
+    return params
+
+
+def _checked(response: httpx.Response) -> Any:
+    if response.status_code >= 400:
+        try:
+            message = str(response.json().get("error", response.text))
+        except ValueError:
+            message = response.text[:200]
+        raise DreamAPIError(response.status_code, message)
+    return response.json()
+
+
+def _headers(token: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def _page(body: Mapping[str, Any]) -> Page:
+    return Page([Memory.from_row(r) for r in body["memories"]], body.get("next_cursor"))
+
+
+class Client:
+    """The memory API, blocking. Use as a context manager, or call `close()`."""
+
+    def __init__(self, url: str = DEFAULT_URL, token: str | None = None, timeout: float = 30.0) -> None:
+        self._http = httpx.Client(base_url=url, headers=_headers(token), timeout=timeout)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def add(self, user_id: str, text: str, **fields: Any) -> Accepted:
+        """One memory; optional fields as in a memory.added event (app_id, run_id, metadata, created_at...)."""
+        return self.add_many([{"user_id": user_id, "text": text, **fields}])[0]
+
+    def add_many(self, memories: list[dict[str, Any]]) -> list[Accepted]:
+        body = _checked(self._http.post("/v1/memories", json=memories))
+        return [Accepted(**a) for a in body["accepted"]]
+
+    def get(self, memory_id: str) -> Memory:
+        return Memory.from_row(_checked(self._http.get(f"/v1/memories/{memory_id}")))
+
+    def history(self, memory_id: str) -> dict[str, Any]:
+        out: dict[str, Any] = _checked(self._http.get(f"/v1/memories/{memory_id}/history"))
+        return out
+
+    def search(self, user_id: str, query: str, *, latest_only: bool = False, include_merged: bool = False,
+               limit: int = 10, cursor: str | None = None, **filters: str | None) -> Page:
+        params = _read_params(user_id, query, latest_only, include_merged, limit, cursor, filters)
+        return _page(_checked(self._http.get("/v1/memories", params=params)))
+
+    def list(self, user_id: str, *, latest_only: bool = False, include_merged: bool = False,
+             limit: int | None = None, cursor: str | None = None, **filters: str | None) -> Page:
+        params = _read_params(user_id, None, latest_only, include_merged, limit, cursor, filters)
+        return _page(_checked(self._http.get("/v1/memories", params=params)))
+
+    def undo(self, decision_id: str) -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = _checked(self._http.post(f"/v1/decisions/{decision_id}/undo"))["status_events"]
+        return events
+
+    def wait_for(self, memory_id: str, timeout: float = 60.0) -> Memory:
+        """The memory once the worker has stored it (adding goes through Kafka)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return self.get(memory_id)
+            except DreamAPIError as exc:
+                if exc.status != 404 or time.monotonic() > deadline:
+                    raise
+            time.sleep(0.2)
+
+
+class AsyncClient:
+    """The memory API for asyncio code. Use as an async context manager, or await `close()`."""
+
+    def __init__(self, url: str = DEFAULT_URL, token: str | None = None, timeout: float = 30.0) -> None:
+        self._http = httpx.AsyncClient(base_url=url, headers=_headers(token), timeout=timeout)
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def add(self, user_id: str, text: str, **fields: Any) -> Accepted:
+        return (await self.add_many([{"user_id": user_id, "text": text, **fields}]))[0]
+
+    async def add_many(self, memories: list[dict[str, Any]]) -> list[Accepted]:
+        body = _checked(await self._http.post("/v1/memories", json=memories))
+        return [Accepted(**a) for a in body["accepted"]]
+
+    async def get(self, memory_id: str) -> Memory:
+        return Memory.from_row(_checked(await self._http.get(f"/v1/memories/{memory_id}")))
+
+    async def history(self, memory_id: str) -> dict[str, Any]:
+        out: dict[str, Any] = _checked(await self._http.get(f"/v1/memories/{memory_id}/history"))
+        return out
+
+    async def search(self, user_id: str, query: str, *, latest_only: bool = False, include_merged: bool = False,
+                     limit: int = 10, cursor: str | None = None, **filters: str | None) -> Page:
+        params = _read_params(user_id, query, latest_only, include_merged, limit, cursor, filters)
+        return _page(_checked(await self._http.get("/v1/memories", params=params)))
+
+    async def list(self, user_id: str, *, latest_only: bool = False, include_merged: bool = False,
+                   limit: int | None = None, cursor: str | None = None, **filters: str | None) -> Page:
+        params = _read_params(user_id, None, latest_only, include_merged, limit, cursor, filters)
+        return _page(_checked(await self._http.get("/v1/memories", params=params)))
+
+    async def undo(self, decision_id: str) -> list[dict[str, Any]]:
+        body = _checked(await self._http.post(f"/v1/decisions/{decision_id}/undo"))
+        events: list[dict[str, Any]] = body["status_events"]
+        return events
+
+    async def wait_for(self, memory_id: str, timeout: float = 60.0) -> Memory:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return await self.get(memory_id)
+            except DreamAPIError as exc:
+                if exc.status != 404 or time.monotonic() > deadline:
+                    raise
+            await asyncio.sleep(0.2)

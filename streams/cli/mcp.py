@@ -1,0 +1,99 @@
+"""`dream mcp`: dreamstream as an agent's memory, over the Model Context Protocol.
+
+    dream mcp [--url http://127.0.0.1:6066] [--token T]                  # stdio (Claude Desktop, IDEs)
+    dream mcp --transport streamable-http [--host 127.0.0.1] [--port 8765]
+
+Four tools over the worker's HTTP API (dreamstream.client): `add_memory`, `search_memories`,
+`get_memory` and `memory_history`. Reads list current facts first; a history row names what replaced it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from dreamstream.streams.cli.common import settings
+
+
+def build(url: str, token: str | None) -> Any:
+    """The MCP server and its tools, each one call of the API client."""
+    from mcp.server.mcpserver import MCPServer
+
+    from dreamstream.client import AsyncClient, DreamAPIError
+
+    server = MCPServer("dreamstream", instructions=(
+        "Long-term memory per user. Store durable facts, preferences and decisions with add_memory; "
+        "look them up with search_memories before answering. Results list current facts first; rows "
+        "labelled history were replaced (replaced_by says by what)."))
+
+    def row(m: Any) -> dict[str, Any]:
+        out = {"memory_id": m.memory_id, "text": m.text, "label": m.label, "created_at": m.created_at}
+        if m.replaced_by:
+            out["replaced_by"] = m.replaced_by
+        return out
+
+    async def call(fn: Any) -> Any:
+        async with AsyncClient(url, token) as api:
+            try:
+                return await fn(api)
+            except DreamAPIError as exc:
+                return {"error": exc.message, "status": exc.status}
+
+    @server.tool()
+    async def add_memory(user_id: str, text: str, app_id: str | None = None, run_id: str | None = None,
+                         memory_type: str | None = None) -> dict[str, Any]:
+        """Store one memory about a user (a fact, preference or decision in one sentence). It is merged
+        with a restatement or supersedes an outdated fact automatically, asynchronously."""
+        fields: dict[str, Any] = {"app_id": app_id, "run_id": run_id}
+        if memory_type:
+            fields["metadata"] = {"type": memory_type}
+
+        async def go(api: Any) -> dict[str, Any]:
+            added = await api.add(user_id, text, **{k: v for k, v in fields.items() if v is not None})
+            return {"memory_id": added.memory_id, "event_id": added.event_id, "status": "accepted"}
+        result: dict[str, Any] = await call(go)
+        return result
+
+    @server.tool()
+    async def search_memories(user_id: str, query: str, limit: int = 10,
+                              latest_only: bool = False) -> dict[str, Any]:
+        """A user's memories nearest to the query, current facts first, then history."""
+        async def go(api: Any) -> dict[str, Any]:
+            page = await api.search(user_id, query, limit=limit, latest_only=latest_only)
+            return {"memories": [row(m) for m in page.memories]}
+        result: dict[str, Any] = await call(go)
+        return result
+
+    @server.tool()
+    async def get_memory(memory_id: str) -> dict[str, Any]:
+        """One memory by id, with its status and what replaced it, if anything."""
+        async def go(api: Any) -> dict[str, Any]:
+            m = await api.get(memory_id)
+            return {**row(m), "status": m.status, "user_id": m.user_id}
+        result: dict[str, Any] = await call(go)
+        return result
+
+    @server.tool()
+    async def memory_history(memory_id: str) -> dict[str, Any]:
+        """How a memory came to be as it is: what it merged or superseded, what replaced it, and every
+        decision with its evidence (each can be undone by its decision id)."""
+        result: dict[str, Any] = await call(lambda api: api.history(memory_id))
+        return result
+
+    return server
+
+
+@click.command()
+@click.option("--url", default=None, help="The worker's HTTP API (default: http://$DREAM_HTTP_HOST:$DREAM_HTTP_PORT).")
+@click.option("--token", default=None, help="Bearer token of the API (default: $DREAM_API_TOKEN).")
+@click.option("--transport", type=click.Choice(["stdio", "streamable-http"]), default="stdio", show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True, help="streamable-http: address to listen on.")
+@click.option("--port", default=8765, show_default=True, help="streamable-http: port to listen on.")
+def mcp(url: str | None, token: str | None, transport: str, host: str, port: int) -> None:
+    """Serve the memory to MCP clients (agents): add, search, get, history."""
+    server = build(url or f"http://{settings.http_host}:{settings.http_port}", token or settings.api_token)
+    if transport == "stdio":
+        server.run("stdio")
+    else:
+        server.run("streamable-http", host=host, port=port)

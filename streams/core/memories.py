@@ -1,0 +1,125 @@
+"""The memory API's services without Faust or HTTP: a new event from a request, one memory, its
+history, and filtered, paginated listings. The worker's HTTP pages (worker/api.py) call these."""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from dreamstream.schemas.events import MEMORY_ADDED, InvalidEvent, now_iso, parse_memory_event
+from dreamstream.streams.core import consolidation, reads
+from dreamstream.streams.store import MemoryStore
+
+FILTERS = ("app_id", "agent_id", "run_id", "kind", "status")
+"""Payload fields a listing filters on, as query parameters of the same names (plus `type`, the
+metadata type)."""
+
+
+def new_event(body: Any) -> dict[str, Any]:
+    """A `memory.added` event from an HTTP body: `user_id` and `text` are required; `event_id`,
+    `memory_id` and `created_at` get fresh values when absent. Raises InvalidEvent (a 400)."""
+    if not isinstance(body, dict):
+        raise InvalidEvent("not_an_object", "the body must be a JSON object (a list for several)")
+    event = {"type": MEMORY_ADDED, "created_at": now_iso(), **body}
+    token = uuid.uuid4().hex[:16]
+    event.setdefault("event_id", f"e-{token}")
+    event.setdefault("memory_id", f"m-{token}")
+    parse_memory_event(event)  # the same validation as ingest
+    return event
+
+
+def new_events(body: Any) -> list[dict[str, Any]]:
+    """One event, or a list of them (add_many): every one valid, or a 400 naming the first bad one."""
+    items = body if isinstance(body, list) else [body]
+    if not items or len(items) > 1000:
+        raise InvalidEvent("bad_field", "give 1 to 1000 memories")
+    out = []
+    for n, item in enumerate(items):
+        try:
+            out.append(new_event(item))
+        except InvalidEvent as exc:
+            where = f"item {n}: " if isinstance(body, list) else ""
+            raise InvalidEvent(exc.reason, where + exc.message) from exc
+    return out
+
+
+def _replaced_by(store: MemoryStore, rows: list[dict[str, Any]]) -> None:
+    """Each history (or merged) row names the memory that holds now, following a chain of
+    replacements, even when that memory is hidden in the read mode asked for."""
+    todo = {r["memory_id"]: r.get("superseded_by") or r.get("merged_into") for r in rows}
+    for row in rows:
+        target, seen = todo[row["memory_id"]], set()
+        final = None
+        while target and target not in seen and len(seen) < 20:
+            seen.add(target)
+            found = store.retrieve([target]).get(target)
+            if found is None:
+                break
+            final = found
+            target = found.superseded_by or found.merged_into
+        if final is not None:
+            row["replaced_by"] = {"memory_id": final.memory_id, "text": final.text, "status": final.status}
+
+
+def get_memory(store: MemoryStore, memory_id: str) -> dict[str, Any] | None:
+    got = store.retrieve([memory_id]).get(memory_id)
+    if got is None:
+        return None
+    row = reads.row(got)
+    _replaced_by(store, [row])
+    return row
+
+
+def history(store: MemoryStore, memory_id: str) -> dict[str, Any] | None:
+    """Its decisions (with evidence) and links both ways; None for an unknown id."""
+    try:
+        return consolidation.provenance(store, memory_id)
+    except KeyError:
+        return None
+
+
+@dataclass(frozen=True)
+class Page:
+    rows: list[dict[str, Any]]
+    next_cursor: str | None
+
+
+def _cursor(offset: int) -> str:
+    return base64.urlsafe_b64encode(orjson.dumps({"o": offset})).decode().rstrip("=")
+
+
+def _offset(cursor: str | None) -> int:
+    if not cursor:
+        return 0
+    try:
+        value = orjson.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))["o"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError("cursor is not one this API gave out") from exc
+    if not isinstance(value, int) or value < 0:
+        raise ValueError("cursor is not one this API gave out")
+    return value
+
+
+def filters(params: Mapping[str, str]) -> dict[str, str]:
+    return {k: params[k] for k in (*FILTERS, "type") if params.get(k)}
+
+
+def list_page(store: MemoryStore, embed: Any, read: reads.ReadQuery, where: Mapping[str, str],
+              cursor: str | None) -> Page:
+    """A read (a listing, or a search with `read.text`) with filters, `read.limit` rows from the cursor on."""
+    start = _offset(cursor)
+    if read.text:
+        rows = reads.search(store, embed, read.user, read.text, read.mode, start + read.limit + 1)
+    else:
+        rows = reads.get(store, read.user, read.mode)
+    for key, value in where.items():
+        rows = [r for r in rows if str((r.get("metadata") or {}).get("type") if key == "type" else r.get(key)) == value]
+    page = rows[start:start + read.limit]
+    _replaced_by(store, [r for r in page if r["label"] != "current" and r["label"] != "pattern"])
+    more = len(rows) > start + read.limit
+    return Page(rows=page, next_cursor=_cursor(start + read.limit) if more else None)

@@ -1,0 +1,183 @@
+"""The memory API on the worker's HTTP server, described by the OpenAPI document it serves.
+
+    POST /v1/memories                      add one memory (or a list): validated, produced to memory.added
+    GET  /v1/memories?user=U[&q=TEXT]      list or search, current facts first; filters, read modes, cursor
+    GET  /v1/memories/{id}                 one memory
+    GET  /v1/memories/{id}/history         its decisions (with evidence) and links
+    POST /v1/decisions/{id}/undo           revert one decision
+    GET  /v1/openapi.json                  this API, described
+
+Errors are JSON `{"error": ...}` with a 4xx status. Auth: with DREAM_API_TOKEN set every call needs
+`Authorization: Bearer <token>`; without one, only loopback clients are answered.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+from typing import Any
+
+import orjson
+from aiohttp import web as aioweb
+from faust.web import Request, Response, View
+
+from dreamstream.schemas.events import InvalidEvent
+from dreamstream.streams.core import memories, reads
+from dreamstream.streams.core.ingest import BatchResult
+from dreamstream.streams.worker.app import (
+    app,
+    memory_added_topic,
+    on_store_thread,
+    processor,
+    publish,
+    settings,
+)
+from dreamstream.streams.worker.consolidation import access_event, accessed_topic
+
+
+def _json(body: Any, status: int = 200) -> Any:
+    return aioweb.Response(body=orjson.dumps(body), status=status, content_type="application/json")
+
+
+def _error(status: int, message: str) -> Any:
+    return _json({"error": message}, status)
+
+
+def refused(request: Any) -> Any | None:
+    """None when the caller may use the API, else the 401/403 response."""
+    if settings.api_token:
+        given = request.headers.get("Authorization", "")
+        if not hmac.compare_digest(given.encode(), f"Bearer {settings.api_token}".encode()):
+            return _error(401, "this API needs Authorization: Bearer <DREAM_API_TOKEN>")
+        return None
+    try:
+        loopback = ipaddress.ip_address(request.remote or "").is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        return _error(403, "without DREAM_API_TOKEN the API answers loopback clients only")
+    return None
+
+
+@app.page("/v1/memories")
+class MemoriesView(View):
+    async def get(self, request: Request) -> Response:
+        """List or search one user's memories: current facts first, then history.
+
+        ?user=U [&q=TEXT] [&latest_only=1 | &include_merged=1] [&limit=N] [&cursor=C]
+        [&app_id=..&agent_id=..&run_id=..&kind=fact|pattern&status=..&type=<metadata.type>]"""
+        denied = refused(request)
+        if denied is not None:
+            return denied  # type: ignore[no-any-return]
+        proc = await processor()
+        try:
+            read = reads.read_query(request.query)
+            page = await on_store_thread(memories.list_page, proc.store, proc.embed, read,
+                                         memories.filters(request.query), request.query.get("cursor"))
+        except ValueError as exc:
+            return _error(400, str(exc))  # type: ignore[no-any-return]
+        if read.text and page.rows:  # a search is a recall: it feeds decay and co-access
+            await accessed_topic.send(key=read.user.encode(),
+                                      value=access_event(read.user, [r["memory_id"] for r in page.rows]))
+        return _json({"user": read.user, "mode": read.mode, "memories": page.rows,  # type: ignore[no-any-return]
+                      "next_cursor": page.next_cursor})
+
+    async def post(self, request: Request) -> Response:
+        """Add a memory (or a JSON list of them): `user_id` and `text` required; 202 with the ids."""
+        denied = refused(request)
+        if denied is not None:
+            return denied  # type: ignore[no-any-return]
+        try:
+            events = memories.new_events(orjson.loads(await request.read()))
+        except orjson.JSONDecodeError as exc:
+            return _error(400, f"invalid_json: {exc}")  # type: ignore[no-any-return]
+        except InvalidEvent as exc:
+            return _error(400, str(exc))  # type: ignore[no-any-return]
+        for event in events:
+            await memory_added_topic.send(key=event["user_id"].encode(), value=orjson.dumps(event))
+        await app.producer.flush()
+        accepted = [{"event_id": e["event_id"], "memory_id": e["memory_id"], "user_id": e["user_id"]} for e in events]
+        return _json({"accepted": accepted}, status=202)  # type: ignore[no-any-return]
+
+
+@app.page("/v1/memories/{memory_id}")
+class MemoryView(View):
+    async def get(self, request: Request, memory_id: str) -> Response:
+        denied = refused(request)
+        if denied is not None:
+            return denied  # type: ignore[no-any-return]
+        row = await on_store_thread(memories.get_memory, (await processor()).store, memory_id)
+        if row is None:
+            return _error(404, f"no memory {memory_id}")  # type: ignore[no-any-return]
+        return _json(row)  # type: ignore[no-any-return]
+
+
+@app.page("/v1/memories/{memory_id}/history")
+class HistoryView(View):
+    async def get(self, request: Request, memory_id: str) -> Response:
+        denied = refused(request)
+        if denied is not None:
+            return denied  # type: ignore[no-any-return]
+        out = await on_store_thread(memories.history, (await processor()).store, memory_id)
+        if out is None:
+            return _error(404, f"no memory {memory_id}")  # type: ignore[no-any-return]
+        return _json(out)  # type: ignore[no-any-return]
+
+
+@app.page("/v1/decisions/{decision_id}/undo")
+class UndoView(View):
+    async def post(self, request: Request, decision_id: str) -> Response:
+        denied = refused(request)
+        if denied is not None:
+            return denied  # type: ignore[no-any-return]
+        proc = await processor()
+        try:
+            events = await on_store_thread(proc.undo, decision_id)
+        except KeyError as exc:
+            return _error(404, str(exc.args[0]))  # type: ignore[no-any-return]
+        except ValueError as exc:
+            return _error(409, str(exc))  # type: ignore[no-any-return]
+        await publish(BatchResult(status_events=events))
+        return _json({"decision_id": decision_id, "status_events": events})  # type: ignore[no-any-return]
+
+
+@app.page("/v1/openapi.json")
+async def openapi_view(web: Any, request: Any) -> Any:
+    """The OpenAPI 3.1 document of this API."""
+    return _json(OPENAPI)
+
+
+_ERROR = {"description": "a JSON error",
+          "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+_ID = {"name": "memory_id", "in": "path", "required": True, "schema": {"type": "string"}}
+OPENAPI: dict[str, Any] = {
+    "openapi": "3.1.0",
+    "info": {"title": "dreamstream", "version": "1",
+             "description": "Long-term memory per user, kept coherent: current facts first, history linked."},
+    "components": {
+        "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        "schemas": {"Error": {"type": "object", "properties": {"error": {"type": "string"}}, "required": ["error"]}},
+    },
+    "security": [{"bearer": []}],
+    "paths": {
+        "/v1/memories": {
+            "get": {"summary": "List or search one user's memories, current facts first",
+                    "parameters": [{"name": n, "in": "query", "schema": {"type": "string"}} for n in (
+                        "user", "q", "latest_only", "include_merged", "limit", "cursor", *memories.FILTERS, "type")],
+                    "responses": {"200": {"description": "rows and next_cursor"}, "400": _ERROR, "401": _ERROR}},
+            "post": {"summary": "Add one memory or a list (user_id and text required)",
+                     "requestBody": {"content": {"application/json": {"schema": {
+                         "$ref": "https://dreamstream.dev/schemas/memory.added.schema.json"}}}},
+                     "responses": {"202": {"description": "accepted: event and memory ids"}, "400": _ERROR}},
+        },
+        "/v1/memories/{memory_id}": {"get": {"summary": "One memory", "parameters": [_ID],
+                                             "responses": {"200": {"description": "the memory"}, "404": _ERROR}}},
+        "/v1/memories/{memory_id}/history": {"get": {"summary": "Its decisions and links", "parameters": [_ID],
+                                                     "responses": {"200": {"description": "provenance"},
+                                                                   "404": _ERROR}}},
+        "/v1/decisions/{decision_id}/undo": {"post": {
+            "summary": "Revert one decision",
+            "parameters": [{"name": "decision_id", "in": "path", "required": True, "schema": {"type": "string"}}],
+            "responses": {"200": {"description": "the status events of the undo"}, "404": _ERROR, "409": _ERROR}}},
+    },
+}

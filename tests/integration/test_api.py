@@ -1,0 +1,135 @@
+"""The user's surface against a real worker on the real broker: the HTTP API, `dreamstream.client`
+(sync and async) and `dream mcp` driven by the MCP Python SDK's own client."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from dreamstream.client import AsyncClient, Client, DreamAPIError
+from dreamstream.streams.dev.localrun import WorkerProcess
+
+pytestmark = pytest.mark.kafka
+TOKEN = "t0ken-for-tests"
+DREAM = str(Path(sys.executable).with_name("dream"))
+
+
+@pytest.fixture(scope="module")
+def worker(kafka: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
+    w = WorkerProcess(kafka, f"api-{os.getpid()}", tmp_path_factory.mktemp("api"), {"DREAM_API_TOKEN": TOKEN})
+    w.start()
+    yield w
+    w.stop()
+
+
+def url(w: WorkerProcess) -> str:
+    return f"http://127.0.0.1:{w.port}"
+
+
+def test_http_add_read_current_first_history_and_undo(worker: WorkerProcess) -> None:
+    assert httpx.get(f"{url(worker)}/v1/memories", params={"user": "ana"}).status_code == 401
+    with Client(url(worker), token=TOKEN) as dream:
+        first = dream.add("ana", "Ana lives in Lisbon.", created_at="2026-01-04T10:00:00Z")
+        dream.wait_for(first.memory_id)
+        moved = dream.add("ana", "Ana moved to Porto last month.", created_at="2026-03-01T10:00:00Z")
+        dream.wait_for(moved.memory_id)
+        dream.add_many([{"user_id": "ana", "text": f"Ana's note {n}: she keeps bees.", "app_id": "garden",
+                         "created_at": f"2026-02-0{n}T10:00:00Z"} for n in range(1, 4)])
+        found = dream.search("ana", "where does ana live", limit=5)
+        assert found.memories[0].label == "current" and found.memories[0].memory_id == moved.memory_id
+        old = next(m for m in found.memories if m.memory_id == first.memory_id)
+        assert old.label == "history" and old.replaced_by and old.replaced_by["memory_id"] == moved.memory_id
+        assert [m.memory_id for m in dream.search("ana", "where does ana live", latest_only=True).memories
+                ].count(first.memory_id) == 0
+        history = dream.history(first.memory_id)
+        assert history["superseded_by"]["memory_id"] == moved.memory_id and history["decisions"]
+        # filters and cursor pagination
+        deadline = time.monotonic() + 60
+        while len(dream.list("ana", app_id="garden").memories) < 3:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        page1 = dream.list("ana", limit=2)
+        page2 = dream.list("ana", limit=2, cursor=page1.next_cursor)
+        assert page1.next_cursor and len(page1.memories) == 2
+        assert not {m.memory_id for m in page1.memories} & {m.memory_id for m in page2.memories}
+        assert [m.label for m in page1.memories] == ["current", "current"]  # current facts first
+        # undo through the API
+        [decision] = history["decisions"]
+        events = dream.undo(decision["decision_id"])
+        assert any(e["memory_id"] == first.memory_id and e["to_status"] == "active" for e in events)
+        assert dream.get(first.memory_id).status == "active"
+        with pytest.raises(DreamAPIError) as gone:
+            dream.get("m-does-not-exist")
+        assert gone.value.status == 404
+        with pytest.raises(DreamAPIError) as bad:
+            dream.add("ana", "   ")
+        assert bad.value.status == 400 and "empty_text" in bad.value.message
+
+
+def test_http_errors_are_json_with_a_reason(worker: WorkerProcess) -> None:
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    bad = httpx.post(f"{url(worker)}/v1/memories", content=b"{not json", headers=headers)
+    assert bad.status_code == 400 and bad.json()["error"].startswith("invalid_json")
+    missing = httpx.post(f"{url(worker)}/v1/memories", json={"text": "no user"}, headers=headers)
+    assert missing.status_code == 400 and "user_id" in missing.json()["error"]
+    limit = httpx.get(f"{url(worker)}/v1/memories", params={"user": "ana", "limit": "0"}, headers=headers)
+    assert limit.status_code == 400 and "limit" in limit.json()["error"]
+    spec = httpx.get(f"{url(worker)}/v1/openapi.json").json()
+    assert spec["openapi"].startswith("3.1") and "/v1/memories/{memory_id}/history" in spec["paths"]
+
+
+def test_the_async_client(worker: WorkerProcess) -> None:
+    async def go() -> None:
+        async with AsyncClient(url(worker), token=TOKEN) as dream:
+            added = await dream.add_many([{"user_id": "bo", "text": "Bo drinks green tea."},
+                                          {"user_id": "bo", "text": "Bo runs on Sundays."}])
+            for a in added:
+                await dream.wait_for(a.memory_id)
+            page = await dream.search("bo", "what does bo drink")
+            assert page.memories[0].text == "Bo drinks green tea."
+            assert (await dream.get(added[1].memory_id)).label == "current"
+
+    asyncio.run(go())
+
+
+def test_an_agent_uses_dream_mcp_through_the_sdk_client(worker: WorkerProcess) -> None:
+    from mcp.client.client import Client as MCPClient
+    from mcp.client.stdio import StdioServerParameters
+
+    params = StdioServerParameters(command=DREAM, args=["mcp", "--url", url(worker), "--token", TOKEN],
+                                   env={**os.environ, "HF_HUB_OFFLINE": "1"})
+
+    def payload(result: Any) -> dict[str, Any]:
+        structured = getattr(result, "structured_content", None) or getattr(result, "structuredContent", None)
+        if structured:
+            return dict(structured.get("result", structured))
+        out: dict[str, Any] = json.loads(result.content[0].text)
+        return out
+
+    async def go() -> None:
+        async with MCPClient(params) as agent:
+            tools = {t.name for t in (await agent.list_tools()).tools}
+            assert tools == {"add_memory", "search_memories", "get_memory", "memory_history"}
+            added = payload(await agent.call_tool("add_memory", {"user_id": "cy", "text": "Cy is allergic to nuts."}))
+            assert added["status"] == "accepted"
+            for _ in range(300):
+                got = payload(await agent.call_tool("get_memory", {"memory_id": added["memory_id"]}))
+                if "error" not in got:
+                    break
+                await asyncio.sleep(0.2)
+            assert got["text"] == "Cy is allergic to nuts." and got["label"] == "current"
+            found = payload(await agent.call_tool("search_memories", {"user_id": "cy", "query": "allergies"}))
+            assert found["memories"][0]["memory_id"] == added["memory_id"]
+            history = payload(await agent.call_tool("memory_history", {"memory_id": added["memory_id"]}))
+            assert history["memory"]["memory_id"] == added["memory_id"]
+
+    asyncio.run(go())
