@@ -31,7 +31,7 @@ def test_move_supersedes_and_both_stay_readable(proc: Processor) -> None:
     old, new = proc.store.retrieve(["m-u1-1", "m-u1-2"]).values()
     assert old.status == "superseded" and old.superseded_by == new.memory_id
     assert new.supersedes == [old.memory_id]
-    assert [r["label"] for r in reads.get(proc.store, "u1")] == ["history", "current"]
+    assert [r["label"] for r in reads.get(proc.store, "u1")] == ["current", "history"]  # current facts first
     assert [r["memory_id"] for r in reads.get(proc.store, "u1", "latest_only")] == ["m-u1-2"]
     (status,) = result.status_events
     assert status["from_status"] == "active" and status["to_status"] == "superseded"
