@@ -308,10 +308,10 @@ def analyse(
             older, newer = group[i], group[j]
             if older.memory_id in used or newer.memory_id in used:
                 continue
-            proposal = next((p for rule in PAIR_RULES if (p := rule(newer, older, cos, judge))), None)
-            if proposal is None:
+            made = next((p for rule in PAIR_RULES if (p := rule(newer, older, cos, judge))), None)
+            if made is None:
                 continue
-            _propose(plan, proposal, newer, older, cos)
+            _propose(plan, made, newer, older, cos)
             used.update((older.memory_id, newer.memory_id))
     for m in sorted(pool, key=lambda m: (m.created_at, m.memory_id)):
         if m.memory_id in used:

@@ -26,6 +26,8 @@ import httpx
 __all__ = ["Accepted", "AsyncClient", "Client", "DreamAPIError", "Memory", "Page"]
 
 DEFAULT_URL = "http://127.0.0.1:6066"
+JSONList = list[dict[str, Any]]
+"""Spelled once here: inside the client classes `list` names their method, not the builtin."""
 
 
 class DreamAPIError(Exception):
@@ -150,8 +152,8 @@ class Client:
         params = _read_params(user_id, None, latest_only, include_merged, limit, cursor, filters)
         return _page(_checked(self._http.get("/v1/memories", params=params)))
 
-    def undo(self, decision_id: str) -> list[dict[str, Any]]:
-        events: list[dict[str, Any]] = _checked(self._http.post(f"/v1/decisions/{decision_id}/undo"))["status_events"]
+    def undo(self, decision_id: str) -> JSONList:
+        events: JSONList = _checked(self._http.post(f"/v1/decisions/{decision_id}/undo"))["status_events"]
         return events
 
     def wait_for(self, memory_id: str, timeout: float = 60.0) -> Memory:
@@ -205,9 +207,9 @@ class AsyncClient:
         params = _read_params(user_id, None, latest_only, include_merged, limit, cursor, filters)
         return _page(_checked(await self._http.get("/v1/memories", params=params)))
 
-    async def undo(self, decision_id: str) -> list[dict[str, Any]]:
+    async def undo(self, decision_id: str) -> JSONList:
         body = _checked(await self._http.post(f"/v1/decisions/{decision_id}/undo"))
-        events: list[dict[str, Any]] = body["status_events"]
+        events: JSONList = body["status_events"]
         return events
 
     async def wait_for(self, memory_id: str, timeout: float = 60.0) -> Memory:

@@ -89,6 +89,9 @@ def print_rows(rows: list[dict[str, Any]], as_json: bool) -> None:
             link = f"  -> superseded by {r['superseded_by']}"
         elif r.get("merged_into"):
             link = f"  -> merged into {r['merged_into']}"
+        now = (r.get("replaced_by") or {}).get("memory_id")
+        if now and now not in (r.get("superseded_by"), r.get("merged_into")):
+            link += f" (now {now})"
         elif r.get("sources"):
             link = f"  <- from {len(r['sources'])} memories"
         score = f" {r['score']:.3f}" if "score" in r else ""

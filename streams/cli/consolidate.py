@@ -24,7 +24,14 @@ from typing import Any
 import click
 import orjson
 
-from dreamstream.streams.cli.common import open_configured_store, print_table, run_async, settings, store_option
+from dreamstream.streams.cli.common import (
+    open_configured_store,
+    print_table,
+    progress_bar,
+    run_async,
+    settings,
+    store_option,
+)
 from dreamstream.streams.cli.control import request
 
 
@@ -46,6 +53,12 @@ def _fetch_progress(store: Any, user: str, app_id: str | None) -> Any:
         return None
     total = store.count(runner.scope_where(user, app_id))
     return click.progressbar(length=total, label="Fetching memories", file=sys.stderr)
+
+
+def note_stage(line: str) -> None:
+    """What long work is doing now, on stderr at a terminal only (stdout keeps the exact report)."""
+    if sys.stderr.isatty():
+        click.echo(line, err=True)
 
 
 def interactive(plan: Any) -> tuple[dict[int, str | None], bool]:
@@ -127,7 +140,11 @@ async def consolidate(user: str | None, app_id: str | None, auto: bool, dry_run:
     if light or full:
         store = open_configured_store(store_dir)
         try:
-            summary = runner.full(store, user, dry_run) if full else runner.light(store, user, dry_run)
+            where: dict[str, Any] = {"status": "active", "kind": "fact", **({"user_id": user} if user else {})}
+            kind = "Full consolidation" if full else "Light consolidation"
+            with progress_bar(store.count(where), kind) as bar:
+                run = runner.full if full else runner.light
+                summary = run(store, user, dry_run, progress=bar.update)
         finally:
             store.close()
         if not dry_run:
@@ -166,7 +183,9 @@ async def consolidate(user: str | None, app_id: str | None, auto: bool, dry_run:
             click.echo(cons.report_without_prompt(plan))
             click.echo("(dry run: no changes made)")
             return
+        applying = f"Applying: {len(plan.merges)} merges, {len(plan.prunes)} prunes (embedding merged texts)…"
         if auto:
+            note_stage(applying)
             outcome, events = runner.apply_plan(store, shared_embedder(), plan, hard_delete=hard_delete, reminder=True)
             click.echo(cons.auto_line(plan.project, outcome))
             if outcome.reminder_id:
@@ -183,6 +202,7 @@ async def consolidate(user: str | None, app_id: str | None, auto: bool, dry_run:
             if not go:
                 click.echo(cons.CANCELLED)
                 return
+            note_stage(applying)
             outcome, events = runner.apply_plan(store, shared_embedder(), plan, choices, hard_delete=hard_delete)
             click.echo(cons.render_summary(outcome))
         if hard_delete and outcome.pruned:

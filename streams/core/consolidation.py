@@ -320,7 +320,8 @@ def _summary(kind: str, started: float, processed: int, changed: Mapping[str, in
             "processed": processed, "changed": dict(changed), **extra}
 
 
-def light(store: MemoryStore, user_id: str | None = None, dry_run: bool = False) -> dict[str, Any]:
+def light(store: MemoryStore, user_id: str | None = None, dry_run: bool = False, *,
+          progress: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Stability from the pending accesses, co-access strengthening, fan-out normalisation, weak links dropped."""
     started = time.monotonic()
     where = {"user_id": user_id} if user_id else None
@@ -331,6 +332,8 @@ def light(store: MemoryStore, user_id: str | None = None, dry_run: bool = False)
     processed = 0
     for memories in by_user.values():
         processed += len(memories)
+        if progress is not None:
+            progress(len(memories))
         groups: set[tuple[str, tuple[str, ...]]] = set()  # one read: its time and the memories read together
         old_links: cons.Links = {m.memory_id: dict(m.links) for m in memories if m.links}
         updates: dict[str, dict[str, Any]] = {}
@@ -363,7 +366,8 @@ def light(store: MemoryStore, user_id: str | None = None, dry_run: bool = False)
     return _summary("light", started, processed, changed, dry_run)
 
 
-def full(store: MemoryStore, user_id: str | None = None, dry_run: bool = False,
+def full(store: MemoryStore, user_id: str | None = None, dry_run: bool = False, *,
+         progress: Callable[[int], None] | None = None,
          sample_above: int = cons.SAMPLE_ABOVE) -> dict[str, Any]:
     """Light, then HDBSCAN clusters per user, duplicates merged within a cluster by the decisions
     engine, and the payload indexes rebuilt."""
@@ -382,6 +386,8 @@ def full(store: MemoryStore, user_id: str | None = None, dry_run: bool = False,
     applier = Processor(store, lambda texts: np.zeros((len(texts), EMBEDDING_DIM), dtype=np.float32))
     for memories in by_user.values():
         processed += len(memories)
+        if progress is not None:
+            progress(len(memories))
         memories = [m for m in memories if m.vector is not None]
         vectors = np.stack([np.asarray(m.vector) for m in memories]) if memories else np.zeros((0, EMBEDDING_DIM))
         labels = cons.cluster(vectors, [m.memory_type for m in memories], sample_above=sample_above)

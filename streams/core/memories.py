@@ -48,30 +48,12 @@ def new_events(body: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _replaced_by(store: MemoryStore, rows: list[dict[str, Any]]) -> None:
-    """Each history (or merged) row names the memory that holds now, following a chain of
-    replacements, even when that memory is hidden in the read mode asked for."""
-    todo = {r["memory_id"]: r.get("superseded_by") or r.get("merged_into") for r in rows}
-    for row in rows:
-        target, seen = todo[row["memory_id"]], set()
-        final = None
-        while target and target not in seen and len(seen) < 20:
-            seen.add(target)
-            found = store.retrieve([target]).get(target)
-            if found is None:
-                break
-            final = found
-            target = found.superseded_by or found.merged_into
-        if final is not None:
-            row["replaced_by"] = {"memory_id": final.memory_id, "text": final.text, "status": final.status}
-
-
 def get_memory(store: MemoryStore, memory_id: str) -> dict[str, Any] | None:
     got = store.retrieve([memory_id]).get(memory_id)
     if got is None:
         return None
     row = reads.row(got)
-    _replaced_by(store, [row])
+    reads.replaced_by(store, [row])
     return row
 
 
@@ -120,6 +102,5 @@ def list_page(store: MemoryStore, embed: Any, read: reads.ReadQuery, where: Mapp
     for key, value in where.items():
         rows = [r for r in rows if str((r.get("metadata") or {}).get("type") if key == "type" else r.get(key)) == value]
     page = rows[start:start + read.limit]
-    _replaced_by(store, [r for r in page if r["label"] != "current" and r["label"] != "pattern"])
     more = len(rows) > start + read.limit
     return Page(rows=page, next_cursor=_cursor(start + read.limit) if more else None)

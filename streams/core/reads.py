@@ -100,11 +100,31 @@ def current_first(memory: Memory) -> int:
     return 0 if memory.status == "active" else 1 if memory.status == "superseded" else 2
 
 
+def replaced_by(store: MemoryStore, rows: list[dict[str, Any]]) -> None:
+    """Each history (or merged) row names the memory that holds now, following a chain of
+    replacements, even when that memory is hidden in the read mode asked for."""
+    todo = {r["memory_id"]: r.get("superseded_by") or r.get("merged_into") for r in rows}
+    for row in rows:
+        target, seen = todo[row["memory_id"]], set[str]()
+        final = None
+        while target and target not in seen and len(seen) < 20:
+            seen.add(target)
+            found = store.retrieve([target]).get(target)
+            if found is None:
+                break
+            final = found
+            target = found.superseded_by or found.merged_into
+        if final is not None:
+            row["replaced_by"] = {"memory_id": final.memory_id, "text": final.text, "status": final.status}
+
+
 def get(store: MemoryStore, user_id: str, mode: str = "default") -> list[dict[str, Any]]:
     """A user's memories, current ones first, each group oldest first."""
     memories = sorted(store.scroll(_where(user_id, mode)),
                       key=lambda m: (current_first(m), m.created_at, m.memory_id))
-    return [row(m) for m in memories]
+    rows = [row(m) for m in memories]
+    replaced_by(store, [r for r in rows if r["label"] in ("history", "merged")])
+    return rows
 
 
 def search(
@@ -128,4 +148,5 @@ def search(
         r = row(m, score)
         r["relevance"] = round(relevance, 4)
         rows.append(r)
+    replaced_by(store, [r for r in rows if r["label"] in ("history", "merged")])
     return rows

@@ -74,6 +74,7 @@ setup_prometheus_sensors(app, pattern="/metrics", name_prefix=metrics.FAUST_PREF
 
 
 @app.on_partitions_revoked.connect
-async def forget_revoked(sender: Any, revoked: set[Any], **kwargs: Any) -> None:
-    """Partitions this worker gave away lose their offset series (another worker reports them now)."""
-    metrics.forget_partitions(app.monitor, revoked)
+async def forget_revoked(sender: Any, /, *args: Any, **kwargs: Any) -> None:
+    """Partitions this worker gave away (Faust sends them as the first argument) lose their offset
+    series: another worker reports them now."""
+    metrics.forget_partitions(app.monitor, args[0] if args else ())

@@ -27,14 +27,34 @@ DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "dreamstream.json"
 SCRAPE_CONFIG = ROOT / "deploy" / "prometheus" / "prometheus.yml"
 
 
-def panel_queries() -> list[tuple[str, str]]:
-    """(panel title, expr) of every target of every panel, Grafana's interval variable filled in."""
+def panel_queries(job: str = "dreamstream-worker") -> list[tuple[str, str]]:
+    """(panel title, expr) of every target of every panel, Grafana's variables filled in as a
+    person would pick them (the job, all instances)."""
     dash = json.loads(DASHBOARD.read_text())
     out = []
     for panel in dash["panels"]:
         for target in panel.get("targets", []):
-            out.append((panel["title"], target["expr"].replace("$__rate_interval", "1m")))
+            expr = target["expr"].replace("$__rate_interval", "1m").replace("$job", job).replace("$instance", ".*")
+            out.append((panel["title"], expr))
     return out
+
+
+def test_the_dashboard_imports_anywhere_and_scopes_every_query() -> None:
+    dash = json.loads(DASHBOARD.read_text())
+    assert [i["name"] for i in dash["__inputs"]] == ["DS_PROMETHEUS"]
+    assert {v["name"] for v in dash["templating"]["list"]} == {"datasource", "job", "instance"}
+    for panel in dash["panels"]:
+        assert panel["datasource"]["uid"] == "${datasource}"
+        for target in panel["targets"]:
+            assert 'job="$job"' in target["expr"] and 'instance=~"$instance"' in target["expr"], panel["title"]
+    exported = {"dreamstream_events_total", "dreamstream_decisions_total", "dreamstream_dead_letters_total",
+                "dreamstream_input_records_not_taken_total", "dreamstream_partition_reseeks_total",
+                "dreamstream_synthesis_runs_total", "dreamstream_synthesis_patterns_total",
+                "dreamstream_consolidation_runs_total", "dreamstream_control_commands_total",
+                "dreamstream_store_fault", "dreamstream_synthesis_run_duration_seconds",
+                "dreamstream_consolidation_run_duration_seconds"}
+    text = DASHBOARD.read_text()
+    assert all(name in text for name in exported)
 
 
 class Prometheus:
