@@ -33,7 +33,7 @@ def main() -> int:
                 users.append(uid)
         except InvalidEvent:
             pass
-    workdir = ROOT / "var" / "demo"
+    workdir = Path(os.environ.get("DREAM_DEMO_DIR") or ROOT / "var" / "demo")
     shutil.rmtree(workdir, ignore_errors=True)
     name = f"demo-{int(time.time())}"
     worker = WorkerProcess(kafka, name, workdir)

@@ -13,15 +13,16 @@ Errors are JSON `{"error": ...}` with a 4xx status. Auth: with DREAM_API_TOKEN s
 
 from __future__ import annotations
 
+import functools
 import hmac
 import ipaddress
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
 from aiohttp import web as aioweb
 from faust.web import Request, Response, View
 
-from dreamstream.schemas.events import InvalidEvent
 from dreamstream.streams.core import memories, reads
 from dreamstream.streams.core.ingest import BatchResult
 from dreamstream.streams.worker.app import (
@@ -59,40 +60,49 @@ def refused(request: Any) -> Any | None:
     return None
 
 
+Handler = Callable[..., Awaitable[Any]]
+
+
+def api_call(handler: Handler) -> Handler:
+    """Every API method: the caller checked (token or loopback), and a bad value a 400 with its reason."""
+    @functools.wraps(handler)
+    async def call(view: View, request: Request, **kwargs: Any) -> Any:
+        denied = refused(request)
+        if denied is not None:
+            return denied
+        try:
+            return await handler(view, request, **kwargs)
+        except ValueError as exc:  # InvalidEvent and bad read parameters included
+            return _error(400, str(exc))
+    return call
+
+
 @app.page("/v1/memories")
 class MemoriesView(View):
+    @api_call
     async def get(self, request: Request) -> Response:
         """List or search one user's memories: current facts first, then history.
 
         ?user=U [&q=TEXT] [&latest_only=1 | &include_merged=1] [&limit=N] [&cursor=C]
         [&app_id=..&agent_id=..&run_id=..&kind=fact|pattern&status=..&type=<metadata.type>]"""
-        denied = refused(request)
-        if denied is not None:
-            return denied  # type: ignore[no-any-return]
         proc = await processor()
-        try:
-            read = reads.read_query(request.query)
-            page = await on_store_thread(memories.list_page, proc.store, proc.embed, read,
-                                         memories.filters(request.query), request.query.get("cursor"))
-        except ValueError as exc:
-            return _error(400, str(exc))  # type: ignore[no-any-return]
+        read = reads.read_query(request.query)
+        page = await on_store_thread(memories.list_page, proc.store, proc.embed, read,
+                                     memories.filters(request.query), request.query.get("cursor"))
         if read.text and page.rows:  # a search is a recall: it feeds decay and co-access
             await accessed_topic.send(key=read.user.encode(),
                                       value=access_event(read.user, [r["memory_id"] for r in page.rows]))
         return _json({"user": read.user, "mode": read.mode, "memories": page.rows,  # type: ignore[no-any-return]
                       "next_cursor": page.next_cursor})
 
+    @api_call
     async def post(self, request: Request) -> Response:
         """Add a memory (or a JSON list of them): `user_id` and `text` required; 202 with the ids."""
-        denied = refused(request)
-        if denied is not None:
-            return denied  # type: ignore[no-any-return]
         try:
-            events = memories.new_events(orjson.loads(await request.read()))
+            body = orjson.loads(await request.read())
         except orjson.JSONDecodeError as exc:
             return _error(400, f"invalid_json: {exc}")  # type: ignore[no-any-return]
-        except InvalidEvent as exc:
-            return _error(400, str(exc))  # type: ignore[no-any-return]
+        events = memories.new_events(body)  # InvalidEvent: a 400 with its reason
         for event in events:
             await memory_added_topic.send(key=event["user_id"].encode(), value=orjson.dumps(event))
         await app.producer.flush()
@@ -102,10 +112,8 @@ class MemoriesView(View):
 
 @app.page("/v1/memories/{memory_id}")
 class MemoryView(View):
+    @api_call
     async def get(self, request: Request, memory_id: str) -> Response:
-        denied = refused(request)
-        if denied is not None:
-            return denied  # type: ignore[no-any-return]
         row = await on_store_thread(memories.get_memory, (await processor()).store, memory_id)
         if row is None:
             return _error(404, f"no memory {memory_id}")  # type: ignore[no-any-return]
@@ -114,10 +122,8 @@ class MemoryView(View):
 
 @app.page("/v1/memories/{memory_id}/history")
 class HistoryView(View):
+    @api_call
     async def get(self, request: Request, memory_id: str) -> Response:
-        denied = refused(request)
-        if denied is not None:
-            return denied  # type: ignore[no-any-return]
         out = await on_store_thread(memories.history, (await processor()).store, memory_id)
         if out is None:
             return _error(404, f"no memory {memory_id}")  # type: ignore[no-any-return]
@@ -126,10 +132,8 @@ class HistoryView(View):
 
 @app.page("/v1/decisions/{decision_id}/undo")
 class UndoView(View):
+    @api_call
     async def post(self, request: Request, decision_id: str) -> Response:
-        denied = refused(request)
-        if denied is not None:
-            return denied  # type: ignore[no-any-return]
         proc = await processor()
         try:
             events = await on_store_thread(proc.undo, decision_id)
