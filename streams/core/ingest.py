@@ -88,6 +88,8 @@ def check_key(key: bytes | None, user_id: str) -> None:
     Dead-lettered as `key_mismatch`; records without a key context (a file replay) are not checked."""
     if key is None:
         return
+    if not key:
+        raise InvalidEvent("key_mismatch", "the Kafka record has no key; key records by user_id")
     try:
         text = key.decode("utf-8")
     except UnicodeDecodeError:

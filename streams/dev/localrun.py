@@ -145,7 +145,7 @@ def user_key(raw: bytes) -> bytes:
         return b"undecodable"
 
 
-async def produce(kafka: str, topic: str, records: list[bytes], keys: list[bytes] | None = None) -> None:
+async def produce(kafka: str, topic: str, records: list[bytes], keys: list[bytes | None] | None = None) -> None:
     """Records to a topic, keyed by their user_id (or by `keys`, one per record)."""
     producer = AIOKafkaProducer(bootstrap_servers=kafka, acks="all", linger_ms=5)
     await producer.start()

@@ -106,7 +106,9 @@ async def admit(ledger: InputOffsets[Any], events: list[Any]) -> Admitted:
                 continue
             out.first.setdefault(tp, m.offset)
             out.upto[tp] = ledger.next_offset(tp)
-        out.items.append(Incoming(raw=e.value, topic=m.topic, partition=m.partition, offset=m.offset, key=m.key))
+        # A keyless record is checked like a mis-keyed one: its partition says nothing of its user.
+        key = m.key if m.key is not None else b""
+        out.items.append(Incoming(raw=e.value, topic=m.topic, partition=m.partition, offset=m.offset, key=key))
     return out
 
 

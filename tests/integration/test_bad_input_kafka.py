@@ -27,8 +27,9 @@ def worker(kafka: str, unique: str, tmp_path: Path) -> Iterator[WorkerProcess]:
 
 def test_the_bad_input_corpus_through_kafka(kafka: str, worker: WorkerProcess) -> None:
     records, bad, valid = bad_corpus()
-    mis_keyed = [line(event(30_000 + n, f"keyed-{n % 3}", f"Keyed elsewhere {n}.")) for n in range(30)]
-    keys = [user_key(r) for r in records] + [b"someone-else"] * 20 + [b""] * 5 + [b"\xff\xfe"] * 5
+    mis_keyed = [line(event(30_000 + n, f"keyed-{n % 3}", f"Keyed elsewhere {n}.")) for n in range(35)]
+    keys: list[bytes | None] = [user_key(r) for r in records]
+    keys += [b"someone-else"] * 20 + [b""] * 5 + [b"\xff\xfe"] * 5 + [None] * 5
     worker.start()
     asyncio.run(produce(kafka, worker.topics["added"], records + mis_keyed, keys=keys))
     expected = Counter((raw, reason) for _, reason, raw in bad) + Counter((raw, "key_mismatch") for raw in mis_keyed)
