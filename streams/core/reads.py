@@ -102,18 +102,23 @@ def current_first(memory: Memory) -> int:
 
 def replaced_by(store: MemoryStore, rows: list[dict[str, Any]]) -> None:
     """Each history (or merged) row names the memory that holds now, following a chain of
-    replacements, even when that memory is hidden in the read mode asked for."""
-    todo = {r["memory_id"]: r.get("superseded_by") or r.get("merged_into") for r in rows}
+    replacements, even when that memory is hidden in the read mode asked for. One store call per
+    step of the longest chain, not per row."""
+    known: dict[str, Memory] = {}
+    heads = {r["memory_id"]: r.get("superseded_by") or r.get("merged_into") for r in rows}
+    frontier = {x for x in heads.values() if x}
+    for _ in range(20):  # chains are short; the bound only guards against a loop
+        wanted = [x for x in frontier if x not in known]
+        if not wanted:
+            break
+        known.update(store.retrieve(wanted))
+        frontier = {x for m in known.values() if (x := m.superseded_by or m.merged_into)} - set(known)
     for row in rows:
-        target, seen = todo[row["memory_id"]], set[str]()
-        final = None
-        while target and target not in seen and len(seen) < 20:
+        target, final, seen = heads[row["memory_id"]], None, set[str]()
+        while target and target in known and target not in seen:
             seen.add(target)
-            found = store.retrieve([target]).get(target)
-            if found is None:
-                break
-            final = found
-            target = found.superseded_by or found.merged_into
+            final = known[target]
+            target = final.superseded_by or final.merged_into
         if final is not None:
             row["replaced_by"] = {"memory_id": final.memory_id, "text": final.text, "status": final.status}
 
