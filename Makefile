@@ -6,15 +6,25 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install system-deps kafka-start kafka-stop demo test lint typecheck bench bench-quality fault-test clean
+.PHONY: install install-dev system-deps kafka-start kafka-stop demo test lint typecheck bench bench-quality fault-test clean
 
+DEV_STAMP := $(VENV)/.installed-dev
+
+# The runtime (what `make demo` needs: no torch) and, for tests and benchmarks, the dev extras (torch
+# for the ONNX graph's reference, pytest, ruff, mypy, matplotlib).
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e .
 	touch $(STAMP)
 
+$(DEV_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(DEV_STAMP)
+
 install: $(STAMP)
+
+install-dev: $(DEV_STAMP)
 
 # kcat (an independent Kafka client the integration tests produce with) and prometheus (the dashboard
 # test scrapes a worker with it); Java and Maven run the broker.
@@ -31,30 +41,30 @@ kafka-stop:
 demo: install kafka-start
 	$(PY) -m dreamstream.streams.dev.demo
 
-test: install system-deps kafka-start
+test: install-dev system-deps kafka-start
 	$(VENV)/bin/pytest -q -ra
 
 # ruff, then the import graph's layers and cycles (streams/dev/layers.py).
-lint: install
+lint: install-dev
 	$(VENV)/bin/ruff check streams agents schemas client tests bench
 	$(PY) -m dreamstream.streams.dev.layers
 
 # mypy needs the dreamstream.* names; a throwaway tree of links gives it them.
-typecheck: install
+typecheck: install-dev
 	@rm -rf .build/typecheck && mkdir -p .build/typecheck/dreamstream
 	@for d in streams agents schemas client; do ln -s ../../../$$d .build/typecheck/dreamstream/$$d; done
 	cd .build/typecheck && ../../$(VENV)/bin/mypy --config-file ../../pyproject.toml -p dreamstream
 
-bench: install kafka-start
+bench: install-dev kafka-start
 	$(PY) bench/throughput.py
 
 # Decision quality, synthetic and real, from one run (bench/quality.py; --json for machines).
-bench-quality: install
+bench-quality: install-dev
 	$(PY) bench/quality.py --synthesis
 
 # The fault campaign on the local broker (bench/faults.py): SIGKILLs, each apply step, broker restarts,
 # a full disk and a read-only store, a CLI on the worker's store. About 15 minutes; prints one line each.
-fault-test: install kafka-start
+fault-test: install-dev kafka-start
 	$(PY) bench/faults.py
 
 clean:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property, lru_cache
 from typing import Any
 
 import numpy as np
@@ -51,9 +52,22 @@ class TokenFeatures:
     match only by their own stem, never by vector ("Lisbon" is not "Berlin")."""
     vecs: np.ndarray
 
-    @property
+    @cached_property
     def stems(self) -> tuple[str, ...]:
+        """Computed once per statement: the judge compares one statement with dozens of others."""
         return tuple(tf.stem(w) for w in self.words)
+
+    @cached_property
+    def _stem_index(self) -> tuple[frozenset[str], frozenset[str]]:
+        stems = frozenset(self.stems)
+        prefixes = frozenset(k[: len(k) - d] for k in stems for d in (1, 2, 3) if len(k) - d >= 5)
+        return stems, prefixes
+
+    def stem_match(self, s: str) -> bool:
+        """Whether any of these words has stem `s` by `tf.same_stem`, from an index (no pairwise loop):
+        the same stem, or one a prefix of the other at most 3 letters shorter, the shorter 5+ long."""
+        stems, prefixes = self._stem_index
+        return s in stems or s in prefixes or any(len(s) - d >= 5 and s[: len(s) - d] in stems for d in (1, 2, 3))
 
     def to_payload(self) -> dict[str, Any]:
         """Compact payload form: float16 vectors, base64 (about 1 KB a word)."""
@@ -68,11 +82,17 @@ class TokenFeatures:
         if not data or data.get("v") != FEATURES_VERSION:
             return None
         words = tuple(str(w) for w in data.get("words") or ())
-        dim = int(data.get("dim") or 0)
-        buf = base64.b64decode(data.get("vecs") or "")
-        vecs = np.frombuffer(buf, dtype=np.float16).astype(np.float32)
-        vecs = vecs.reshape(len(words), dim) if words and dim else np.zeros((0, dim or 1), np.float32)
-        return cls(words=words, names=tuple(bool(n) for n in data.get("names") or ()), vecs=vecs)
+        names = tuple(bool(n) for n in data.get("names") or ())
+        return _decoded(words, names, int(data.get("dim") or 0), str(data.get("vecs") or ""))
+
+
+@lru_cache(maxsize=8192)
+def _decoded(words: tuple[str, ...], names: tuple[bool, ...], dim: int, vecs_b64: str) -> TokenFeatures:
+    """Decoded once per stored statement: a user's facts are candidates for many of their new memories."""
+    vecs = np.frombuffer(base64.b64decode(vecs_b64), dtype=np.float16).astype(np.float32)
+    vecs = vecs.reshape(len(words), dim) if words and dim else np.zeros((0, dim or 1), np.float32)
+    vecs.flags.writeable = False  # shared between callers
+    return TokenFeatures(words=words, names=names, vecs=vecs)
 
 
 def from_tokens(text: str, offsets: Sequence[tuple[int, int]], word_ids: Sequence[int | None],
@@ -126,7 +146,6 @@ class Coverage:
 
 def coverage(other: TokenFeatures, kept: TokenFeatures, threshold: float = WORD_MATCH) -> Coverage:
     """Does `kept` say everything `other` says? Each of `other`'s content words needs a counterpart."""
-    kept_stems = set(kept.stems)
     sims = other.vecs @ kept.vecs.T if len(other.words) and len(kept.words) else None
     missing: list[str] = []
     weakest = 1.0
@@ -135,7 +154,7 @@ def coverage(other: TokenFeatures, kept: TokenFeatures, threshold: float = WORD_
         if w in LIGHT or tf.is_polarity_word(w):
             continue  # polarity is compared as a whole ("hates" / "can't stand"), not word by word
         required += 1
-        if s in kept_stems or any(tf.same_stem(s, k) for k in kept_stems):
+        if kept.stem_match(s):
             continue
         best = float(sims[i].max()) if sims is not None else 0.0
         if name:  # names and literals only match themselves

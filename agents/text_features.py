@@ -81,6 +81,7 @@ def words(text: str) -> tuple[str, ...]:
     return tuple(_WORD.findall(text.lower().replace("\u2019", "'")))
 
 
+@lru_cache(maxsize=65536)
 def stem(word: str) -> str:
     """A deliberately crude suffix stripper: enough to match 'runs'/'run', 'cats'/'cat'."""
     if word.endswith("'s"):
@@ -117,6 +118,7 @@ def content(text: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+@lru_cache(maxsize=65536)
 def numbers(text: str) -> frozenset[str]:
     return frozenset(_NUMBER.findall(text))
 
@@ -125,6 +127,7 @@ def time_words(text: str) -> frozenset[str]:
     return frozenset(w for w in words(text) if w in _TIME_WORDS)
 
 
+@lru_cache(maxsize=65536)
 def has_change_cue(text: str, other: str = "") -> bool:
     """A change marker in `text`; with `other`, only one whose word `other` does not share: a cue
     word both statements use is part of the topic ("schema changes need review"), not a change."""
@@ -135,6 +138,7 @@ def has_change_cue(text: str, other: str = "") -> bool:
     )
 
 
+@lru_cache(maxsize=65536)
 def has_additive_cue(text: str) -> bool:
     return _ADDITIVE.search(text.lower()) is not None
 
@@ -151,6 +155,7 @@ _NAMED_RELATION = re.compile(
 )
 
 
+@lru_cache(maxsize=65536)
 def third_parties(text: str) -> frozenset[str]:
     """Relation nouns in the first clause, owned by someone ("my sister", "the user's friend Ana"):
     the fact is about that person. A later clause ("...; my mother is from Utrecht") only adds context."""
@@ -185,23 +190,25 @@ def _raw(text: str) -> list[str]:
     return _RAW.findall(text.replace("\u2019", "'"))
 
 
-def _names(text: str) -> set[str]:
+@lru_cache(maxsize=65536)
+def _names(text: str) -> frozenset[str]:
     """Capitalised words past the first (names), numbers and amounts, lower-cased."""
     toks = _raw(text)
-    return {
+    return frozenset({
         t.lower().strip("$€£")
         for i, t in enumerate(toks)
         if any(ch.isdigit() for ch in t) or (i > 0 and t[:1].isupper() and t != "I")
-    } - STOPWORDS - _TIME_WORDS - _USER_REF
+    } - STOPWORDS - _TIME_WORDS - _USER_REF)
 
 
-def _definite(text: str) -> set[str]:
+@lru_cache(maxsize=65536)
+def _definite(text: str) -> frozenset[str]:
     """Words right after "the": the entities a statement names ("the auth service")."""
     w = words(text)
-    return {b for a, b in zip(w, w[1:], strict=False) if a == "the" and b not in STOPWORDS}
+    return frozenset(b for a, b in zip(w, w[1:], strict=False) if a == "the" and b not in STOPWORDS)
 
 
-def _participants(text: str, names: set[str]) -> list[str]:
+def _participants(text: str, names: frozenset[str]) -> list[str]:
     """The statement's participants in order: runs of `names`, and "USER" where the user is.
 
     A subject-less note ("Lent Jamal €120.") is about the user, who comes first."""
@@ -226,6 +233,7 @@ def _participants(text: str, names: set[str]) -> list[str]:
     return out
 
 
+@lru_cache(maxsize=65536)
 def order_swapped(new_text: str, old_text: str) -> bool:
     """Same participants, exchanged ("I lent Ana €20" / "Ana lent me €20", "from X to Y" / "from Y
     to X"): two names, literals or the user that both statements share appear in opposite order.
@@ -247,6 +255,7 @@ def is_polarity_word(word: str) -> bool:
     return _NEGATION.fullmatch(word) is not None
 
 
+@lru_cache(maxsize=65536)
 def has_negation(text: str) -> bool:
     return _NEGATION.search(text.lower()) is not None
 
@@ -254,6 +263,7 @@ def has_negation(text: str) -> bool:
 _CLAUSE = re.compile(r"[,;:(—]|\s-\s|\b(?:and|but|though|although|while|whereas)\b")
 
 
+@lru_cache(maxsize=65536)
 def negation_only_in_added_clause(text: str) -> bool:
     """The negation sits in a clause of its own that adds content ("Prefers email, and dislikes
     unscheduled calls"; "Secrets live in Doppler, never in the repo"): the first clause states the
@@ -399,6 +409,7 @@ _PAST = re.compile(
 )
 
 
+@lru_cache(maxsize=65536)
 def is_event(text: str) -> bool:
     """A past occurrence ("Deployed v2.3 to staging.", "Ran 10 km."), not a standing fact: two such
     statements with other values are two events, not a changed value."""

@@ -86,6 +86,7 @@ _EARLIER = re.compile(
 )
 
 
+@lru_cache(maxsize=65536)
 def about_the_past(text: str) -> bool:
     """Tells of an earlier time ("used to", "as a teenager", "when she first moved")."""
     return _EARLIER.search(text) is not None
@@ -169,6 +170,7 @@ def endings(text: str) -> tuple[Ending, ...]:
     return tuple(out)
 
 
+@lru_cache(maxsize=65536)
 def reverses(text: str) -> bool:
     """A negation that says a former state stopped ("don't ... anymore", "no longer", "quit")."""
     low = text.lower()
@@ -179,6 +181,7 @@ def reverses(text: str) -> bool:
 _FUTURE = re.compile(r"\b(?:next|will|soon|upcoming|tomorrow|someday|one day)\b", re.IGNORECASE)
 
 
+@lru_cache(maxsize=65536)
 def future(text: str) -> bool:
     """Speaks of what is still to come ("my next language", "will start"): not a present fact."""
     return _FUTURE.search(text) is not None
@@ -188,6 +191,7 @@ _USER_OBJECT = re.compile(r"^\s*[A-Z][\w'-]*\s+\w+\s+(?:the\s+)?(?:user|me)\b", 
 _LEAD_SKIP = tf._wordset("i user the a an my our we this that it there decision note goal current currently")
 
 
+@lru_cache(maxsize=65536)
 def user_is_object(text: str) -> bool:
     """Someone else acts on the user ("Amir lent the user £30"): roles the other way round from
     "Lent Amir £30" / "User gave Amir ..."."""
@@ -197,6 +201,7 @@ def user_is_object(text: str) -> bool:
 _VERBISH = tf._wordset("is was has had does doesn't isn't wasn't can can't will would should never always also just")
 
 
+@lru_cache(maxsize=65536)
 def lead_subject(text: str) -> str:
     """Who the statement is about: a name that opens it as the subject ("Felix got a job"),
     lower-cased; "user" for an explicit I / User / My / We; "" when it has no subject ("Sold the
@@ -221,12 +226,17 @@ def same_subject(a: str, b: str) -> bool:
 
 def slots(text: str) -> dict[str, str]:
     """The single-valued slots a statement fills, with their value (lower-cased)."""
+    return dict(_slots(text))
+
+
+@lru_cache(maxsize=65536)
+def _slots(text: str) -> tuple[tuple[str, str], ...]:
     out: dict[str, str] = {}
     for name, pattern in _SLOTS:
         m = pattern.search(text.replace("\u2019", "'"))
         if m and name not in out:
             out[name] = " ".join(m.group("v").lower().split())
-    return out
+    return tuple(out.items())
 
 
 @dataclass(frozen=True)

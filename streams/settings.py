@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import ssl
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
@@ -203,6 +203,11 @@ class Settings(_EnvSettings):
     control_token: OptStr = Field(default=None, validation_alias="DREAM_CONTROL_TOKEN")
     retention_file: OptStr = Field(default=None, validation_alias="DREAM_RETENTION_FILE")
     """JSON {metadata.type: days | null} laid over the default retention policies."""
+    embed_backend: Literal["onnx", "onnx-int8", "torch"] = Field(default="onnx", validation_alias="DREAM_EMBED_BACKEND")
+    """The embedding model's runtime: `onnx` (default: ONNX Runtime, fp32, torch's vectors), `onnx-int8`
+    (int8 weights: faster, slightly lower merge recall) or `torch` (sentence-transformers; the `torch` extra)."""
+    embed_threads: int = Field(default=0, ge=0, validation_alias="DREAM_EMBED_THREADS")
+    """Threads the model may use; 0 = one per core."""
     judge: str = Field(default="offline", validation_alias="DREAM_JUDGE")
     """Merge/supersede judge: `offline` (default), `nli` (DREAM_NLI_MODEL) or `llm` (DREAM_LLM_*)."""
     nli_model: OptStr = Field(default=None, validation_alias="DREAM_NLI_MODEL")

@@ -7,6 +7,7 @@ the pure agents (dreamstream.agents.*); this module only reads and writes the st
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import time
@@ -118,6 +119,57 @@ def _lag_seconds(created_at: str) -> float | None:
         return None
 
 
+PREFETCH_SLACK = 16
+"""Nearest neighbours read beyond the candidate count per new fact, so that the ones the batch's earlier
+events supersede or merge can be dropped without asking the store again."""
+
+
+def _scope(memory: Memory) -> dict[str, Any]:
+    return {"user_id": memory.user_id, "status": "active", "kind": "fact"}
+
+
+@dataclass
+class _Prefetched:
+    limit: int
+    exact: dict[str, list[Memory]] = field(default_factory=dict)
+    near: dict[str, list[tuple[Memory, float]]] = field(default_factory=dict)
+
+
+@dataclass
+class _Batch:
+    """One batch in flight: its prefetched reads, and the memories it has created or changed so far
+    (the store sees them only when the batch is written)."""
+
+    pre: _Prefetched
+    new: list[Memory] = field(default_factory=list)
+    """What the batch stores, in event order (its latest copy of each)."""
+    changed: dict[str, Memory] = field(default_factory=dict)
+    keys: dict[str, str] = field(default_factory=dict)
+    _at: dict[str, int] = field(default_factory=dict)
+
+    def current(self, stored: Memory) -> Memory | None:
+        """The batch's latest copy of a prefetched memory, or None when it is no longer an active fact."""
+        latest = self.changed.get(stored.memory_id, stored)
+        return latest if latest.status == "active" and latest.kind == "fact" else None
+
+    def own_facts(self, user_id: str, key: str) -> tuple[list[Memory], list[Memory]]:
+        """The batch's new active facts of this user: all of them, and those with this text key."""
+        mine = [m for m in self.new if m.user_id == user_id and m.kind == "fact" and m.status == "active"]
+        return mine, [m for m in mine if self.keys[m.memory_id] == key]
+
+    def stage(self, memory: Memory, targets: dict[str, Memory]) -> None:
+        """A decided memory and the changed copies of its targets (a target the batch itself added
+        takes its place in `new`)."""
+        self._at[memory.memory_id] = len(self.new)
+        self.new.append(memory)
+        self.keys[memory.memory_id] = text_key(memory.user_id, memory.text)
+        for tid, target in targets.items():
+            self.changed[tid] = target
+            if tid in self._at:
+                self.new[self._at[tid]] = target
+        self.changed[memory.memory_id] = memory
+
+
 class Processor:
     """Applies memory events to a store; stateless apart from the store itself."""
 
@@ -157,14 +209,19 @@ class Processor:
         if not fresh:
             return result
         vectors = self._vectors([event for _, event in fresh], result)
-        for (item, event), (vector, features) in zip(fresh, vectors, strict=True):
+        memories = [self._memory(event, vector, features) for (_, event), (vector, features) in zip(fresh, vectors,
+                                                                                                   strict=True)]
+        batch = _Batch(self._prefetch([m for m in memories if m.kind != "pattern"]))
+        for (item, event), memory in zip(fresh, memories, strict=True):
             try:
-                self._apply_event(event, vector, result, features)
+                self._apply_event(memory, batch, result)
             except StoreError:
                 raise  # transient: the batch is read again, nothing is dead-lettered
             except Exception as exc:  # a deterministic failure of one event must not stop the partition
                 log.exception("event %s failed", event.event_id)
                 self._dead(result, item, "processing_error", f"{type(exc).__name__}: {exc}")
+        self._write(batch)
+        result.stored += batch.new
         return result
 
     def _dead(self, result: BatchResult, item: Incoming, reason: str, message: str) -> None:
@@ -272,52 +329,104 @@ class Processor:
             out.append((np.asarray(vec, np.float32), feat))
         return out
 
-    def candidates(self, new: Memory) -> list[Memory]:
-        """Exact normalised-text matches first (vector recall can miss them), then neighbours."""
-        scope = {"user_id": new.user_id, "status": "active", "kind": "fact"}
-        exact = list(self.store.scroll({**scope, "text_key": text_key(new.user_id, new.text)}, with_vectors=True))
-        assert new.vector is not None
-        near = self.store.nearest(new.vector, scope, self.candidate_k, with_vectors=True)
-        seen = {m.memory_id for m in exact} | {new.memory_id}
-        out = [m for m in exact if m.memory_id != new.memory_id]
-        out += [m for m, _ in near if m.memory_id not in seen]
-        return out[: max(self.candidate_k, len(exact))]
+    def _prefetch(self, facts: list[Memory]) -> _Prefetched:
+        """The store reads a batch's facts need, in two calls: exact normalised-text matches (vector
+        recall can miss them) and each fact's nearest active facts, with room for the batch's own changes."""
+        pre = _Prefetched(limit=self.candidate_k + PREFETCH_SLACK)
+        if not facts:
+            return pre
+        keys = {text_key(m.user_id, m.text) for m in facts}
+        scope = {"user_id": sorted({m.user_id for m in facts}), "status": "active", "kind": "fact"}
+        for m in self.store.scroll({**scope, "text_key": sorted(keys)}, with_vectors=True):
+            pre.exact.setdefault(text_key(m.user_id, m.text), []).append(m)
+        wheres = [{"user_id": m.user_id, "status": "active", "kind": "fact"} for m in facts]
+        hits = self.store.nearest_many([m.vector for m in facts], wheres, pre.limit, with_vectors=True)
+        pre.near = {m.memory_id: h for m, h in zip(facts, hits, strict=True)}
+        return pre
 
-    def _apply_event(self, event: MemoryAdded, vector: np.ndarray, result: BatchResult,
-                     features: dict[str, Any] | None = None) -> None:
-        stamp = now_iso()
-        memory = Memory(
+    def candidates(self, new: Memory, batch: _Batch) -> list[Memory]:
+        """Exact normalised-text matches first, then the nearest active facts, as the store would answer
+        with the batch's earlier events applied: the prefetched reads seen through what the batch changed,
+        plus its own new facts. Copies, so that a failing event leaves the batch as it was."""
+        assert new.vector is not None
+        key = text_key(new.user_id, new.text)
+        own, own_exact = batch.own_facts(new.user_id, key)
+        exact = [m for m in (batch.current(c) for c in batch.pre.exact.get(key, [])) if m is not None]
+        exact += own_exact
+        hits = batch.pre.near.get(new.memory_id)
+        if hits is None:  # a fact the prefetch did not see (not expected): ask the store now
+            hits = self.store.nearest(new.vector, _scope(new), batch.pre.limit, with_vectors=True)
+        scored = [(m, sc) for m, sc in ((batch.current(c), sc) for c, sc in hits) if m is not None]
+        if len(hits) >= batch.pre.limit and len(scored) < self.candidate_k:
+            # The batch changed so many of the prefetched ones that the store's next ones may count: ask again.
+            more = self.store.nearest(new.vector, _scope(new), batch.pre.limit + len(hits), with_vectors=True)
+            scored = [(m, sc) for m, sc in ((batch.current(c), sc) for c, sc in more) if m is not None]
+        scored += [(m, float(np.dot(m.vector, new.vector))) for m in own if m.vector is not None]
+        scored.sort(key=lambda pair: -pair[1])
+        seen = {m.memory_id for m in exact} | {new.memory_id}
+        out = list({m.memory_id: m for m in exact if m.memory_id != new.memory_id}.values())
+        for m, _ in scored:
+            if m.memory_id not in seen:
+                seen.add(m.memory_id)
+                out.append(m)
+        return [copy.copy(m) for m in out[: max(self.candidate_k, len(exact))]]
+
+    def _memory(self, event: MemoryAdded, vector: np.ndarray, features: Features) -> Memory:
+        return Memory(
             memory_id=event.memory_id, user_id=event.user_id, text=event.text,
-            created_at=event.created_at, updated_at=stamp, kind=event.kind,
+            created_at=event.created_at, updated_at=now_iso(), kind=event.kind,
             app_id=event.app_id, agent_id=event.agent_id, run_id=event.run_id,
             project_id=event.project_id, sources=list(event.sources),
             metadata=dict(event.metadata), event_id=event.event_id, vector=vector, features=features,
         )
-        if event.kind == "pattern":
-            self.store.upsert([memory])
+
+    def _apply_event(self, memory: Memory, batch: _Batch, result: BatchResult) -> None:
+        """Decides one memory against the batch's view of the store; what it changes is written with the
+        batch (`_write`)."""
+        if memory.kind == "pattern":
+            batch.stage(memory, {})
             result.outcomes["pattern_stored"] += 1
-            result.stored.append(memory)
             return
-        candidates = self.candidates(memory)
+        candidates = self.candidates(memory, batch)
         decisions = self.decide(memory, candidates) if candidates else []
         by_id = {c.memory_id: c for c in candidates}
+        copies = dict(by_id)  # apply_decision drops superseded ones from by_id
         first_event = len(result.status_events)
+        pending: dict[str, dict[str, Any]] = {}
         for decision in decisions:
             for tid, fields in self.apply_decision(decision, memory, by_id, result).items():
-                memory.pending.setdefault(tid, {}).update(fields)
+                pending.setdefault(tid, {}).update(fields)
+        memory.pending = pending
         if self.keep_outbox and len(result.status_events) > first_event:
             memory.outbox = result.status_events[first_event:]
             result.outbox_owners.append(memory.memory_id)
-        # One write holds the memory, its decisions and links, what its targets still need and its
-        # status events; the targets follow. A crash between them is rolled forward on redelivery.
-        self.store.upsert([memory])
-        faults.point("stored")
-        self._roll_forward(memory)
+        batch.stage(memory, {tid: copies[tid] for tid in pending if tid in copies})
         result.outcomes["stored"] += 1
-        result.stored.append(memory)
-        lag = _lag_seconds(event.created_at)
+        lag = _lag_seconds(memory.created_at)
         if lag is not None:
             result.lags.append(lag)
+
+    def _write(self, batch: _Batch) -> None:
+        """The batch's writes, crash-safe in this order: one upsert holds every new memory with its
+        decisions, links, status events and what its targets still need (`pending`); then the targets;
+        then the pendings are cleared. A crash between them is rolled forward on redelivery."""
+        if not batch.new:
+            return
+        self.store.upsert(batch.new)
+        faults.point("stored")
+        targets: dict[str, dict[str, Any]] = {}
+        for memory in batch.new:  # in event order: a later event's fields for one target win
+            for tid, fields in memory.pending.items():
+                targets.setdefault(tid, {}).update(fields)
+        for tid, fields in targets.items():
+            self.store.update(tid, fields)
+            faults.point("target")
+        cleared = [m.memory_id for m in batch.new if m.pending]
+        if cleared:
+            self.store.update_many(cleared, {"pending": {}})
+            for memory in batch.new:
+                memory.pending = {}
+        faults.point("applied")
 
     # -- decisions --------------------------------------------------------------------------
 

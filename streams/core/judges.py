@@ -75,6 +75,11 @@ def judge_from_settings(s: Settings) -> Judge:
         if name == "offline":
             _built[key] = offline
         elif name == "nli":
+            try:
+                import sentence_transformers  # noqa: F401
+            except ImportError:
+                raise JudgeConfigError("DREAM_JUDGE=nli needs the torch extra: pip install 'dreamstream[torch]'") \
+                    from None
             _built[key] = NLIJudge.from_path(str(s.nli_model), fallback=offline)
         else:
             ep = _endpoint(s, "DREAM_JUDGE=llm")

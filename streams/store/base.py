@@ -70,6 +70,10 @@ class MemoryStore(Protocol):
     def nearest(
         self, vector: np.ndarray, where: Where, limit: int, with_vectors: bool = False
     ) -> list[tuple[Memory, float]]: ...
+    def nearest_many(
+        self, vectors: Sequence[np.ndarray], wheres: Sequence[Where], limit: int, with_vectors: bool = False
+    ) -> list[list[tuple[Memory, float]]]: ...
+    def update_many(self, memory_ids: Sequence[str], fields: Mapping[str, Any]) -> None: ...
     def scroll(self, where: Where | None = None, with_vectors: bool = False) -> Iterator[Memory]: ...
     def count(self, where: Where | None = None) -> int: ...
     def delete(self, memory_ids: Sequence[str]) -> None: ...
@@ -98,8 +102,8 @@ MIN_FREE_BYTES = 64 * 2**20
 """Writes to an embedded store stop (a StoreError, so ingest pauses and retries) below this much free
 disk by default (DREAM_MIN_FREE_MB): a full disk inside the engine's mapped files ends in SIGBUS."""
 
-GUARDED = ("upsert", "update", "retrieve", "nearest", "scroll", "count", "delete", "flush", "optimize",
-           "rebuild_indexes")
+GUARDED = ("upsert", "update", "update_many", "retrieve", "nearest", "nearest_many", "scroll", "count", "delete",
+           "flush", "optimize", "rebuild_indexes")
 
 
 def guarded(cls: type[T]) -> type[T]:

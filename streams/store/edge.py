@@ -101,6 +101,12 @@ class EdgeStore:
         self._room()
         self.shard.update(self._qe.UpdateOperation.set_payload([point_id(memory_id)], dict(fields)))
 
+    def update_many(self, memory_ids: Sequence[str], fields: Mapping[str, Any]) -> None:
+        """The same fields on several memories, in one operation."""
+        if memory_ids:
+            self._room()
+            self.shard.update(self._qe.UpdateOperation.set_payload([point_id(m) for m in memory_ids], dict(fields)))
+
     def retrieve(self, memory_ids: Sequence[str], with_vectors: bool = False) -> dict[str, Memory]:
         if not memory_ids:
             return {}
@@ -108,19 +114,32 @@ class EdgeStore:
         found = (to_memory(r.payload, r.vector if with_vectors else None) for r in records)
         return {m.memory_id: m for m in found}
 
-    def nearest(
-        self, vector: np.ndarray, where: Where, limit: int, with_vectors: bool = False
-    ) -> list[tuple[Memory, float]]:
+    def _query(self, vector: np.ndarray, where: Where, limit: int, with_vectors: bool) -> Any:
         qe = self._qe
-        request = qe.QueryRequest(
+        return qe.QueryRequest(
             limit=limit,
             query=qe.Query.Nearest(np.asarray(vector, dtype=np.float32).tolist()),
             filter=self._filter(where),
             with_payload=True,
             with_vector=with_vectors,
         )
-        hits = self.shard.query(request)
+
+    def nearest(
+        self, vector: np.ndarray, where: Where, limit: int, with_vectors: bool = False
+    ) -> list[tuple[Memory, float]]:
+        hits = self.shard.query(self._query(vector, where, limit, with_vectors))
         return [(to_memory(h.payload, h.vector if with_vectors else None), float(h.score)) for h in hits]
+
+    def nearest_many(
+        self, vectors: Sequence[np.ndarray], wheres: Sequence[Where], limit: int, with_vectors: bool = False
+    ) -> list[list[tuple[Memory, float]]]:
+        """One `nearest` per (vector, where), planned as one batch (a single pass over the segments)."""
+        if not vectors:
+            return []
+        requests = [self._query(v, w, limit, with_vectors) for v, w in zip(vectors, wheres, strict=True)]
+        results = self.shard.query_batch(self._qe.QueryBatchRequest(requests))
+        return [[(to_memory(h.payload, h.vector if with_vectors else None), float(h.score)) for h in hits]
+                for hits in results]
 
     def scroll(self, where: Where | None = None, with_vectors: bool = False) -> Iterator[Memory]:
         qe = self._qe

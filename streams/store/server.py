@@ -73,6 +73,11 @@ class ServerStore:
     def update(self, memory_id: str, fields: Mapping[str, Any]) -> None:
         self.client.set_payload(self.collection, payload=dict(fields), points=[point_id(memory_id)], wait=True)
 
+    def update_many(self, memory_ids: Sequence[str], fields: Mapping[str, Any]) -> None:
+        if memory_ids:
+            self.client.set_payload(self.collection, payload=dict(fields), points=[point_id(m) for m in memory_ids],
+                                    wait=True)
+
     def retrieve(self, memory_ids: Sequence[str], with_vectors: bool = False) -> dict[str, Memory]:
         if not memory_ids:
             return {}
@@ -92,6 +97,19 @@ class ServerStore:
         return [
             (to_memory(p.payload, p.vector if with_vectors else None), float(p.score)) for p in response.points
         ]
+
+    def nearest_many(
+        self, vectors: Sequence[np.ndarray], wheres: Sequence[Where], limit: int, with_vectors: bool = False
+    ) -> list[list[tuple[Memory, float]]]:
+        """One round trip for a batch's candidate queries (`query_batch_points`)."""
+        if not vectors:
+            return []
+        requests = [self._m.QueryRequest(query=np.asarray(v, dtype=np.float32).tolist(), filter=self._filter(w),
+                                         limit=limit, with_payload=True, with_vector=with_vectors)
+                    for v, w in zip(vectors, wheres, strict=True)]
+        responses = self.client.query_batch_points(self.collection, requests=requests)
+        return [[(to_memory(p.payload, p.vector if with_vectors else None), float(p.score)) for p in r.points]
+                for r in responses]
 
     def scroll(self, where: Where | None = None, with_vectors: bool = False) -> Iterator[Memory]:
         offset = None

@@ -201,6 +201,16 @@ class TimedStore:
         with self._timed("set_payload"):
             self.inner.update(memory_id, fields)
 
+    def update_many(self, memory_ids: Sequence[str], fields: Mapping[str, Any]) -> None:
+        with self._timed("set_payload"):
+            self.inner.update_many(memory_ids, fields)
+
+    def nearest_many(
+        self, vectors: Sequence[np.ndarray], wheres: Sequence[Where], limit: int, with_vectors: bool = False
+    ) -> list[list[tuple[Memory, float]]]:
+        with self._timed("query_batch"):
+            return self.inner.nearest_many(vectors, wheres, limit, with_vectors)
+
     def retrieve(self, memory_ids: Sequence[str], with_vectors: bool = False) -> dict[str, Memory]:
         with self._timed("retrieve"):
             return self.inner.retrieve(memory_ids, with_vectors)

@@ -1,0 +1,164 @@
+"""The packaged all-MiniLM-L6-v2 as an ONNX graph, built from its safetensors weights without torch.
+
+Why build the graph here rather than `torch.onnx.export`: exporting needs torch, a multi-GB wheel from
+PyPI, at every install. The model is a plain 6-layer BERT encoder, so its graph is written out op by
+op from the weight file (`safetensors`, `onnx`), then its MatMul weights are quantized to int8 per
+output channel (onnxruntime's dynamic quantization). The graph's output is the last hidden state
+(the token vectors the judge aligns words with); pooling and normalisation happen in numpy.
+
+The built files are cached (`model_cache_dir()`), keyed by the weights and this builder's version;
+a build takes seconds and is written atomically, so concurrent first starts are safe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+BUILDER_VERSION = 1
+OPSET = 17  # LayerNormalization
+
+
+def model_cache_dir() -> Path:
+    """Where built graphs live: DREAM_MODEL_CACHE, else the user's cache folder."""
+    override = os.environ.get("DREAM_MODEL_CACHE")
+    if override:
+        return Path(override)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "dreamstream" / "models"
+
+
+def _fingerprint(model_dir: Path) -> str:
+    weights = model_dir / "model.safetensors"
+    digest = hashlib.sha256()
+    digest.update((model_dir / "config.json").read_bytes())
+    digest.update(str(weights.stat().st_size).encode())
+    with weights.open("rb") as f:  # the header (names, shapes, offsets) and the first weights
+        digest.update(f.read(1 << 20))
+    digest.update(f"builder-{BUILDER_VERSION}".encode())
+    return digest.hexdigest()[:16]
+
+
+def graph_path(model_dir: str | os.PathLike[str], quantized: bool = True) -> Path:
+    """The ONNX file for this model (built on first use)."""
+    model_dir = Path(model_dir)
+    name = f"minilm-{_fingerprint(model_dir)}-{'int8' if quantized else 'fp32'}.onnx"
+    path = model_cache_dir() / name
+    if not path.exists():
+        build(model_dir, path, quantized)
+    return path
+
+
+def build(model_dir: Path, out: Path, quantized: bool = True) -> None:
+    """Writes the encoder graph (optionally int8-quantized) to `out`, atomically."""
+    import onnx
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    model = _graph(model_dir)
+    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+        fp32 = Path(tmp) / "fp32.onnx"
+        onnx.save_model(model, str(fp32))
+        final = fp32
+        if quantized:
+            from onnxruntime.quantization import QuantType, quantize_dynamic
+
+            final = Path(tmp) / "int8.onnx"
+            quiet = logging.getLogger()  # the quantizer warns on the root logger about optional pre-processing
+            level = quiet.level
+            quiet.setLevel(logging.ERROR)
+            try:  # per-channel int8 on the weight MatMuls only: the default (per tensor) loses more accuracy
+                quantize_dynamic(str(fp32), str(final), per_channel=True, weight_type=QuantType.QInt8,
+                                 op_types_to_quantize=["MatMul"])
+            finally:
+                quiet.setLevel(level)
+        os.replace(final, out)
+
+
+def _graph(model_dir: Path) -> Any:
+    """BERT as in HF's BertModel (absolute positions, token type 0, erf GELU, post-LayerNorm)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    from safetensors.numpy import load_file
+
+    config = json.loads((model_dir / "config.json").read_text())
+    w = {k.removeprefix("bert."): v for k, v in load_file(str(model_dir / "model.safetensors")).items()}
+    hidden, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
+    head_dim = hidden // heads
+    eps = float(config.get("layer_norm_eps", 1e-12))
+    nodes: list[Any] = []
+    inits: list[Any] = []
+    counter = iter(range(1_000_000))
+
+    def const(name: str, value: np.ndarray) -> str:
+        inits.append(numpy_helper.from_array(np.ascontiguousarray(value), name))
+        return name
+
+    def op(kind: str, inputs: list[str], **attrs: Any) -> str:
+        out = f"{kind.lower()}_{next(counter)}"
+        nodes.append(helper.make_node(kind, inputs, [out], **attrs))
+        return out
+
+    def linear(x: str, prefix: str) -> str:
+        weight = const(f"{prefix}.wT", w[f"{prefix}.weight"].T.astype(np.float32))
+        return op("Add", [op("MatMul", [x, weight]), const(f"{prefix}.b", w[f"{prefix}.bias"])])
+
+    def layer_norm(x: str, prefix: str) -> str:
+        return op("LayerNormalization", [x, const(f"{prefix}.g", w[f"{prefix}.weight"]),
+                                         const(f"{prefix}.beta", w[f"{prefix}.bias"])], axis=-1, epsilon=eps)
+
+    # Embeddings: words + positions (0..T-1) + token type 0.
+    seq_len = op("Shape", ["input_ids"], start=1, end=2)  # [T]
+    positions = op("Slice", [const("pos_table", w["embeddings.position_embeddings.weight"]),
+                             const("zero1", np.array([0], np.int64)), seq_len, const("axis0", np.array([0], np.int64))])
+    words = op("Gather", [const("word_table", w["embeddings.word_embeddings.weight"]), "input_ids"], axis=0)
+    x = op("Add", [op("Add", [words, positions]),
+                   const("type0", w["embeddings.token_type_embeddings.weight"][0])])
+    x = layer_norm(x, "embeddings.LayerNorm")
+
+    # Padding mask: 0 where attended, a large negative number where padded, shaped [B, 1, 1, T].
+    one = const("onef", np.array(1.0, np.float32))
+    mask = op("Cast", ["attention_mask"], to=TensorProto.FLOAT)
+    mask = op("Unsqueeze", [mask, const("axes12", np.array([1, 2], np.int64))])
+    bias = op("Mul", [op("Sub", [one, mask]),
+                      const("neg", np.array(np.finfo(np.float32).min, np.float32))])
+    split_heads = const("split_heads", np.array([0, 0, heads, head_dim], np.int64))
+    merge_heads = const("merge_heads", np.array([0, 0, hidden], np.int64))
+    scale = const("scale", np.array(1.0 / math.sqrt(head_dim), np.float32))
+    half = const("half", np.array(0.5, np.float32))
+    rsqrt2 = const("rsqrt2", np.array(1.0 / math.sqrt(2.0), np.float32))
+
+    for i in range(int(config["num_hidden_layers"])):
+        p = f"encoder.layer.{i}"
+        q = op("Transpose", [op("Reshape", [linear(x, f"{p}.attention.self.query"), split_heads])], perm=[0, 2, 1, 3])
+        k = op("Transpose", [op("Reshape", [linear(x, f"{p}.attention.self.key"), split_heads])], perm=[0, 2, 3, 1])
+        v = op("Transpose", [op("Reshape", [linear(x, f"{p}.attention.self.value"), split_heads])], perm=[0, 2, 1, 3])
+        scores = op("Add", [op("Mul", [op("MatMul", [q, k]), scale]), bias])
+        context = op("MatMul", [op("Softmax", [scores], axis=-1), v])
+        context = op("Reshape", [op("Transpose", [context], perm=[0, 2, 1, 3]), merge_heads])
+        attended = op("Add", [linear(context, f"{p}.attention.output.dense"), x])
+        x = layer_norm(attended, f"{p}.attention.output.LayerNorm")
+        h = linear(x, f"{p}.intermediate.dense")
+        gelu = op("Add", [op("Erf", [op("Mul", [h, rsqrt2])]), one])  # erf GELU: x/2 * (1 + erf(x/sqrt2))
+        h = op("Mul", [op("Mul", [h, half]), gelu])
+        x = layer_norm(op("Add", [linear(h, f"{p}.output.dense"), x]), f"{p}.output.LayerNorm")
+
+    nodes.append(helper.make_node("Identity", [x], ["token_embeddings"]))
+    graph = helper.make_graph(
+        nodes, "minilm",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "tokens"]),
+         helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "tokens"])],
+        [helper.make_tensor_value_info("token_embeddings", TensorProto.FLOAT, ["batch", "tokens", hidden])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="dreamstream")
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model

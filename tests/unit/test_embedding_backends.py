@@ -1,0 +1,92 @@
+"""The ONNX graph built from the packaged weights against sentence-transformers on torch (the reference).
+
+fp32 (the default) must give torch's vectors; int8 (opt-in) must stay close (its quality figures are
+measured with `DREAM_EMBED_BACKEND=onnx-int8 make bench-quality`, its speed in `make bench`). The judge's word features
+must come out with the same words from either runtime."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dreamstream.schemas.errors import ConfigError
+from dreamstream.streams.core import onnx_model
+from dreamstream.streams.core.embedding import Embedder, model_path
+
+pytest.importorskip("sentence_transformers", reason="the torch extra is the reference")
+
+TEXTS = [
+    "User moved from Lisbon to Berlin in March.",
+    "i switched jobs, now at a small robotics startup",
+    "Maya's daughter started violin lessons on Tuesdays.",
+    "Q: where do you keep the spare keys? A: under the blue flowerpot",
+    "deploy target: fly.io (was heroku until 2024)",
+    "User runs about 40 km a week and tracks every run on a Garmin watch.",
+    "No longer eats meat; vegetarian since the summer.",
+    "The team's standup moved to 9:30 because of the new intern schedule.",
+    "Prefers tabs over spaces in Go code, but spaces in Python.",
+    "Bought a second-hand cello for €450 from a music shop in Ghent.",
+    "Rafael is allergic to peanuts and carries an EpiPen.",
+    "Planning a three-week trip through Japan next April, mostly by train.",
+    "Favourite film: Spirited Away; watched it again last weekend with Leo.",
+    "Our app uses PostgreSQL 16 for auth and Redis for sessions.",
+    "Started a pottery class at the community centre; the first bowl cracked in the kiln.",
+    "a very long note " + "about many small things, " * 40 + "that ends here.",
+]
+
+
+@pytest.fixture(scope="module")
+def encoded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[np.ndarray, list]]:
+    cache = tmp_path_factory.mktemp("models")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("DREAM_MODEL_CACHE", str(cache))
+    try:
+        return {name: Embedder(backend=name, threads=2).encode_with_features(TEXTS)
+                for name in ("torch", "onnx", "onnx-int8")}
+    finally:
+        mp.undo()
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.asarray((a * b).sum(axis=1))
+
+
+def test_fp32_graph_gives_torchs_vectors(encoded: dict[str, tuple[np.ndarray, list]]) -> None:
+    assert cosines(encoded["onnx"][0], encoded["torch"][0]).min() > 0.9999
+
+
+def test_int8_graph_stays_close_to_torch(encoded: dict[str, tuple[np.ndarray, list]]) -> None:
+    cos = cosines(encoded["onnx-int8"][0], encoded["torch"][0])
+    assert cos.mean() >= 0.99 and cos.min() >= 0.97
+    norms = np.linalg.norm(encoded["onnx-int8"][0], axis=1)
+    assert np.allclose(norms, 1.0, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["onnx", "onnx-int8"])
+def test_word_features_match_torchs(backend: str, encoded: dict[str, tuple[np.ndarray, list]]) -> None:
+    ours, ref = encoded[backend][1], encoded["torch"][1]
+    for a, b in zip(ours, ref, strict=True):
+        assert (a.words, a.names) == (b.words, b.names)
+        if a.words:
+            assert float(cosines(a.vecs, b.vecs).mean()) > (0.9999 if backend == "onnx" else 0.97)
+
+
+def test_a_text_past_the_token_limit_is_truncated_not_refused(encoded: dict[str, tuple[np.ndarray, list]]) -> None:
+    long_vec = encoded["onnx-int8"][0][-1]
+    assert np.isfinite(long_vec).all() and abs(float(np.linalg.norm(long_vec)) - 1.0) < 1e-5
+
+
+def test_the_graph_is_built_once_into_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DREAM_MODEL_CACHE", str(tmp_path))
+    first = onnx_model.graph_path(model_path(), quantized=False)
+    stamp = first.stat().st_mtime_ns
+    assert onnx_model.graph_path(model_path(), quantized=False) == first
+    assert first.stat().st_mtime_ns == stamp  # read, not rebuilt
+    assert [p.name for p in tmp_path.iterdir()] == [first.name]  # no temporary files left behind
+
+
+def test_an_unknown_backend_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="unknown embedding backend"):
+        Embedder(backend="tensorflow")
