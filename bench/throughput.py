@@ -1,28 +1,48 @@
-"""`make bench`: end-to-end events/s through Kafka into the store, against the embed-only rate.
+"""`make bench`: how close the pipeline runs to the model's pace, how fast the model is, how the store
+scales and how long a decision takes under load. One run on this machine; a table, a JSON result and a
+PNG plot (var/bench/result.json, var/bench/throughput.png).
 
-One run on this machine: a real `dream worker`, the dev case's events produced to Kafka, timed
-from the first send until the store holds them all; then the same model and batch size embedding
-the same texts alone. The ratio says how much of the ceiling the pipeline reaches. First, how long
-the CLI takes to start (`dream --help`, and `dream get` on the store the run filled).
+1. CLI start-up: `dream --help` and `dream get` in a fresh process.
+2. End to end: a real `dream worker`, the dev case's events produced to Kafka, timed from the first send
+   until the store holds them all; the worker's own model time (its /metrics) against that wall time,
+   and the same texts through the model alone (the ceiling).
+3. The model's runtimes: torch (sentence-transformers, when installed), ONNX fp32 and ONNX int8, texts/s
+   on the same texts and batch size, and the cosine of each to torch's vectors.
+4. Latency under load: events produced at a fixed rate (half the measured end-to-end rate) for
+   BENCH_LOAD_SECONDS (120), p50/p95/p99 from each event's send to its decision's status event.
+5. Store size: bench/scale.py at BENCH_SCALE_SIZES (1k to 1M memories): per-add cost and read latency.
+
+Environment: BENCH_EVENTS (2000), DREAM_BATCH_SIZE (the worker's), BENCH_LOAD_SECONDS,
+BENCH_SCALE_SIZES ("1000,10000,100000,1000000"; "" skips), KAFKA_BOOTSTRAP.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import statistics
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from dreamstream.streams.core.embedding import Embedder
-from dreamstream.streams.dev.localrun import ROOT, WorkerProcess, produce
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import scale  # noqa: E402  (bench/scale.py)
+
+from dreamstream.streams import settings as settings_mod  # noqa: E402
+from dreamstream.streams.core.embedding import Embedder  # noqa: E402
+from dreamstream.streams.dev.localrun import ROOT, WorkerProcess, produce, user_key  # noqa: E402
 
 CASE = ROOT.parent / "shared" / "bench" / "dev" / "events.jsonl"
+OUT = ROOT / "var" / "bench"
 
 
 def startup_seconds(*args: str, runs: int = 5) -> float:
@@ -36,13 +56,17 @@ def startup_seconds(*args: str, runs: int = 5) -> float:
     return statistics.median(times)
 
 
-def main() -> int:
-    n = int(os.environ.get("BENCH_EVENTS", "2000"))
-    batch = int(os.environ.get("DREAM_BATCH_SIZE", "64"))
-    kafka = os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092")
-    records = [r for r in CASE.read_bytes().splitlines() if r.strip()][:n]
-    texts = [orjson.loads(r)["text"] for r in records]
-    workdir = ROOT / "var" / "bench"
+def metric(port: int, name: str) -> float:
+    """One unlabelled sample from the worker's /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    m = re.search(rf"^{re.escape(name)} ([0-9.e+-]+)$", text, re.MULTILINE)
+    return float(m.group(1)) if m else 0.0
+
+
+def end_to_end(kafka: str, records: list[bytes], batch: int) -> dict[str, Any]:
+    """Events/s through Kafka into the store, and the share of that time the worker spent in the model."""
+    workdir = OUT / "e2e"
     shutil.rmtree(workdir, ignore_errors=True)
     worker = WorkerProcess(kafka, f"bench-{int(time.time())}", workdir, {"DREAM_BATCH_SIZE": str(batch)})
     worker.start()
@@ -50,23 +74,194 @@ def main() -> int:
         start = time.perf_counter()
         asyncio.run(produce(kafka, worker.topics["added"], records))
         worker.wait_for(lambda s: s["memories"] >= len(records), timeout=900)
-        e2e = len(records) / (time.perf_counter() - start)
+        wall = time.perf_counter() - start
+        model = metric(worker.port, "dreamstream_embedding_duration_seconds_sum")
+        batches = metric(worker.port, "dreamstream_ingest_batch_duration_seconds_count")
+        processing = metric(worker.port, "dreamstream_ingest_batch_duration_seconds_sum")
     finally:
         worker.stop()
-    embedder = Embedder(batch_size=batch)
-    embedder.encode_uncached(texts[:batch])  # warm-up
+    return {"events": len(records), "seconds": wall, "events_per_s": len(records) / wall, "model_seconds": model,
+            "model_share": model / wall, "batches": batches, "processing_seconds": processing,
+            "store_dir": str(worker.store_dir)}
+
+
+def model_rates(texts: list[str], batch: int) -> dict[str, dict[str, float]]:
+    """texts/s of each runtime on the same texts and batch size, and its cosine to torch's vectors."""
+    out: dict[str, dict[str, float]] = {}
+    reference: np.ndarray | None = None
+    for backend in ("torch", "onnx", "onnx-int8"):
+        try:
+            embedder = Embedder(batch_size=batch, backend=backend)
+        except Exception as exc:  # torch is an extra
+            print(f"  {backend}: skipped ({exc})", file=sys.stderr)
+            continue
+        embedder.encode_uncached(texts[:batch])  # warm-up
+        start = time.perf_counter()
+        vectors = np.concatenate([embedder.encode_uncached(texts[i:i + batch]) for i in range(0, len(texts), batch)])
+        rate = len(texts) / (time.perf_counter() - start)
+        if backend == "torch":
+            reference = vectors
+        row = {"texts_per_s": rate}
+        if reference is not None:
+            cos = (vectors * reference).sum(axis=1)
+            row |= {"cosine_mean": float(cos.mean()), "cosine_min": float(cos.min())}
+        out[backend] = row
+        del embedder
+    return out
+
+
+def cycled(records: list[bytes], n: int) -> list[bytes]:
+    """`n` events from the case, repeated with fresh ids and users so that every copy is new."""
+    out = []
+    for i in range(n):
+        event = orjson.loads(records[i % len(records)])
+        suffix = f"-c{i // len(records)}"
+        for key in ("event_id", "memory_id", "user_id"):
+            event[key] = f"{event[key]}{suffix}"
+        out.append(orjson.dumps(event))
+    return out
+
+
+async def _load(kafka: str, worker: WorkerProcess, records: list[bytes], rate: float) -> list[float]:
+    """Sends at `rate` events/s; seconds from each event's send to its decision's first status event."""
+    sent: dict[str, float] = {}
+    seen: dict[str, float] = {}
+    consumer = AIOKafkaConsumer(worker.topics["status"], bootstrap_servers=kafka, auto_offset_reset="latest",
+                                enable_auto_commit=False, group_id=None)
+    await consumer.start()
+    await consumer.seek_to_end()
+    producer = AIOKafkaProducer(bootstrap_servers=kafka, acks=1, linger_ms=0)
+    await producer.start()
+    done = asyncio.Event()
+
+    async def listen() -> None:
+        while not done.is_set():
+            got = await consumer.getmany(timeout_ms=200)
+            now = time.perf_counter()
+            for batch in got.values():
+                for r in batch:
+                    ev = orjson.loads(r.value)
+                    new_id = ev["memory_id"] if ev["action"] == "merge_new" else ev["linked_memory_id"]
+                    seen.setdefault(ev["decision_id"], now)
+                    seen.setdefault(f"new:{ev['decision_id']}", sent.get(new_id, -1.0))
+
+    listener = asyncio.create_task(listen())
     start = time.perf_counter()
-    for i in range(0, len(texts), batch):
-        embedder.encode_uncached(texts[i:i + batch])
-    embed_only = len(texts) / (time.perf_counter() - start)
+    try:
+        for i, raw in enumerate(records):
+            due = start + i / rate
+            if (delay := due - time.perf_counter()) > 0:
+                await asyncio.sleep(delay)
+            sent[orjson.loads(raw)["memory_id"]] = time.perf_counter()
+            await producer.send(worker.topics["added"], raw, key=user_key(raw))
+        await producer.flush()
+        await asyncio.sleep(10)  # the last batches' decisions
+    finally:
+        done.set()
+        await listener
+        await producer.stop()
+        await consumer.stop()
+    return [seen[d] - seen[f"new:{d}"] for d in seen if not d.startswith("new:") and seen[f"new:{d}"] > 0]
+
+
+def latency_under_load(kafka: str, records: list[bytes], rate: float, seconds: float, batch: int) -> dict[str, Any]:
+    workdir = OUT / "load"
+    shutil.rmtree(workdir, ignore_errors=True)
+    worker = WorkerProcess(kafka, f"load-{int(time.time())}", workdir, {"DREAM_BATCH_SIZE": str(batch)})
+    worker.start()
+    try:
+        lat = asyncio.run(_load(kafka, worker, cycled(records, int(rate * seconds)), rate))
+    finally:
+        worker.stop()
+    ms = np.asarray(lat) * 1000
+    return {"rate": rate, "seconds": seconds, "decisions": len(lat),
+            **({f"p{q}_ms": float(np.percentile(ms, q)) for q in (50, 95, 99)} if len(lat) else {})}
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    names = ["end to end"] + [f"model: {k}" for k in result["models"]]
+    rates = [result["e2e"]["events_per_s"]] + [v["texts_per_s"] for v in result["models"].values()]
+    left.barh(names, rates, color=["#d62728"] + ["#1f77b4"] * len(result["models"]))
+    left.set_xlabel("texts or events per second")
+    left.set_title("Throughput by stage")
+    left.invert_yaxis()
+    rows = result.get("scale") or []
+    if rows:
+        sizes = [r["size"] for r in rows]
+        right.plot(sizes, [r["add_ms_mean"] for r in rows], "o-", label="per-add (mean ms)")
+        right.plot(sizes, [r["add_ms_p95"] for r in rows], "o--", label="per-add (p95 ms)")
+        right.plot(sizes, [r["search_ms_p95"] for r in rows], "s-", label="search p95 ms")
+        right.set_xscale("log")
+        right.set_xlabel("memories in the store")
+        right.set_ylabel("ms")
+        right.set_title("Cost against store size")
+        right.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> int:
+    n = int(os.environ.get("BENCH_EVENTS", "2000"))
+    batch = settings_mod.load().batch_size
+    kafka = os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092")
+    load_seconds = float(os.environ.get("BENCH_LOAD_SECONDS", "120"))
+    sizes = [int(s) for s in os.environ.get("BENCH_SCALE_SIZES", "1000,10000,100000,1000000").split(",") if s]
+    OUT.mkdir(parents=True, exist_ok=True)
+    all_records = [r for r in CASE.read_bytes().splitlines() if r.strip()]
+    records = all_records[:n]
+    texts = [orjson.loads(r)["text"] for r in records]
+    backend = settings_mod.load().embed_backend
+
+    print("end to end through Kafka ...", file=sys.stderr)
+    e2e = end_to_end(kafka, records, batch)
     help_s = startup_seconds("--help")
-    get_s = startup_seconds("get", "--user", "u-001", "--store", str(worker.store_dir))
-    print(f"CLI start, median of 5: dream --help {help_s:.2f} s, dream get {get_s:.2f} s")
-    print(f"events: {len(records)} (dev case), batch size {batch}, cores {os.cpu_count()}")
-    print(f"end to end through Kafka into the store: {e2e:8.1f} events/s")
-    print(f"embed only, same model and batch size:   {embed_only:8.1f} texts/s")
-    print(f"ratio end-to-end / embed-only:           {e2e / embed_only:8.2f}")
-    Path(workdir / "result.txt").write_text(f"e2e={e2e:.1f} embed_only={embed_only:.1f}\n")
+    get_s = startup_seconds("get", "--user", "u-0112", "--store", e2e.pop("store_dir"))
+    print("model runtimes ...", file=sys.stderr)
+    models = model_rates(texts, batch)
+    ceiling = models[backend]["texts_per_s"]
+    print(f"latency at {e2e['events_per_s'] / 2:.0f} events/s for {load_seconds:.0f} s ...", file=sys.stderr)
+    load = latency_under_load(kafka, all_records, e2e["events_per_s"] / 2, load_seconds, batch)
+    load["batch_model_ms"] = 1000 * batch / ceiling
+    print("store size ...", file=sys.stderr)
+    scaled = scale.run(sizes) if sizes else []
+
+    result = {"cores": os.cpu_count(), "batch_size": batch, "backend": backend,
+              "cli": {"help_s": help_s, "get_s": get_s}, "e2e": e2e, "models": models, "ceiling_texts_per_s": ceiling,
+              "load": load, "scale": scaled}
+    (OUT / "result.json").write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
+    plot(result, OUT / "throughput.png")
+
+    print(f"\ncores {os.cpu_count()}, batch size {batch}, model runtime {backend}, {n} dev-case events")
+    print(f"CLI start (median of 5): dream --help {help_s:.2f} s, dream get {get_s:.2f} s")
+    print("\n| stage | rate | |\n| --- | ---: | --- |")
+    print(f"| end to end, Kafka -> store | {e2e['events_per_s']:.1f} events/s | "
+          f"{e2e['model_seconds']:.1f} s of {e2e['seconds']:.1f} s in the model: ratio {e2e['model_share']:.2f} |")
+    print(f"| the model alone ({backend}) | {ceiling:.1f} texts/s | end to end / model alone: "
+          f"{e2e['events_per_s'] / ceiling:.2f} |")
+    for name, row in models.items():
+        cos = f"cosine to torch {row['cosine_mean']:.4f} (min {row['cosine_min']:.4f})" if "cosine_mean" in row else ""
+        print(f"| model: {name} | {row['texts_per_s']:.1f} texts/s | {cos} |")
+    if load.get("decisions"):
+        print(f"\nlatency under load ({load['rate']:.0f} events/s for {load['seconds']:.0f} s, {load['decisions']} "
+              f"decisions): p50 {load['p50_ms']:.0f} ms, p95 {load['p95_ms']:.0f} ms, p99 {load['p99_ms']:.0f} ms; "
+              f"one batch's model time {load['batch_model_ms']:.0f} ms "
+              f"(p95 = {load['p95_ms'] / load['batch_model_ms']:.1f}x)")
+    if scaled:
+        print("\n| memories | per-add mean / p95 ms | search p50 / p95 ms | listing p95 ms | disk B/memory | RSS MiB |")
+        print("| ---: | ---: | ---: | ---: | ---: | ---: |")
+        for r in scaled:
+            print(f"| {r['size']:,} | {r['add_ms_mean']:.1f} / {r['add_ms_p95']:.1f} | {r['search_ms_p50']:.1f} / "
+                  f"{r['search_ms_p95']:.1f} | {r['read_ms_p95']:.1f} | {r['bytes_per_memory_disk']:,.0f} | "
+                  f"{r['rss_mb']:,.0f} |")
+        first, last = scaled[0], scaled[-1]
+        print(f"per-add mean {last['size']:,} vs {first['size']:,}: {last['add_ms_mean'] / first['add_ms_mean']:.2f}x")
+    print(f"\nwritten: {OUT / 'result.json'}, {OUT / 'throughput.png'}")
     return 0
 
 

@@ -181,7 +181,9 @@ class Settings(_EnvSettings):
     data_dir: str = Field(default=os.path.join("var", "faust"), validation_alias="DREAM_DATA_DIR")
     qdrant_url: OptStr = Field(default=None, validation_alias="QDRANT_URL")
     qdrant_api_key: OptStr = Field(default=None, validation_alias="QDRANT_API_KEY")
-    batch_size: int = Field(default=64, validation_alias="DREAM_BATCH_SIZE")
+    batch_size: int = Field(default=256, validation_alias="DREAM_BATCH_SIZE")
+    """Events per ingest batch at most (fewer when DREAM_BATCH_WITHIN passes first): a batch's store reads
+    and writes are a few calls, and the model embeds its next chunk while one is decided."""
     batch_within: float = Field(default=0.5, validation_alias="DREAM_BATCH_WITHIN")
     session_timeout: float = Field(default=30.0, validation_alias="DREAM_SESSION_TIMEOUT")
     """Seconds before the group gives a silent worker's partitions away: a crashed worker's

@@ -42,8 +42,11 @@ def model_path() -> str:
 class Tokens(Protocol):
     """One text's tokenisation: what `from_tokens` needs to map word pieces back to words."""
 
-    offsets: Sequence[tuple[int, int]]
-    word_ids: Sequence[int | None]
+    @property
+    def offsets(self) -> Sequence[tuple[int, int]]: ...
+
+    @property
+    def word_ids(self) -> Sequence[int | None]: ...
 
 
 class _Backend(Protocol):
@@ -84,7 +87,8 @@ class OnnxBackend:
         mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
         hidden = self.session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
         lengths = mask.sum(axis=1)
-        return _pool(hidden, mask), [hidden[i, : lengths[i]] for i in range(len(texts))], list(encodings)
+        tokens: list[Tokens] = list(encodings)
+        return _pool(hidden, mask), [hidden[i, : lengths[i]] for i in range(len(texts))], tokens
 
 
 class _HFTokens:

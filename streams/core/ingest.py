@@ -13,6 +13,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -119,6 +120,30 @@ def _lag_seconds(created_at: str) -> float | None:
         return None
 
 
+EMBED_CHUNK = 32
+"""Texts per model call inside a batch: large enough for the model's batching to pay. The first chunks
+are smaller (8, then 16): the first one is embedded before anything can be decided."""
+
+
+def _chunks(items: list[Any]) -> list[list[Any]]:
+    out: list[list[Any]] = []
+    size, i = 8, 0
+    while i < len(items):
+        out.append(items[i: i + size])
+        i += size
+        size = min(size * 2, EMBED_CHUNK)
+    return out
+_model_executor: ThreadPoolExecutor | None = None
+
+
+def _model_thread() -> ThreadPoolExecutor:
+    """One thread for the model, shared: the model (and its threads) is one per process."""
+    global _model_executor
+    if _model_executor is None:
+        _model_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dream-model")
+    return _model_executor
+
+
 PREFETCH_SLACK = 16
 """Nearest neighbours read beyond the candidate count per new fact, so that the ones the batch's earlier
 events supersede or merge can be dropped without asking the store again."""
@@ -208,18 +233,31 @@ class Processor:
         fresh = self._screen(parsed, result)
         if not fresh:
             return result
-        vectors = self._vectors([event for _, event in fresh], result)
-        memories = [self._memory(event, vector, features) for (_, event), (vector, features) in zip(fresh, vectors,
-                                                                                                   strict=True)]
-        batch = _Batch(self._prefetch([m for m in memories if m.kind != "pattern"]))
-        for (item, event), memory in zip(fresh, memories, strict=True):
-            try:
-                self._apply_event(memory, batch, result)
-            except StoreError:
-                raise  # transient: the batch is read again, nothing is dead-lettered
-            except Exception as exc:  # a deterministic failure of one event must not stop the partition
-                log.exception("event %s failed", event.event_id)
-                self._dead(result, item, "processing_error", f"{type(exc).__name__}: {exc}")
+        # The model embeds the next chunk on its own thread while this one is decided: the pipeline runs at
+        # the model's pace when deciding a chunk takes less time than embedding one.
+        chunks = _chunks(fresh)
+        batch = _Batch(_Prefetched(limit=self.candidate_k + PREFETCH_SLACK))
+        ahead = _model_thread().submit(self._vectors, [e for _, e in chunks[0]])
+        try:
+            for j, chunk in enumerate(chunks):
+                vectors, seconds, embedded = ahead.result()
+                if j + 1 < len(chunks):
+                    ahead = _model_thread().submit(self._vectors, [e for _, e in chunks[j + 1]])
+                result.embed_seconds += seconds
+                result.embedded += embedded
+                memories = [self._memory(event, vector, features)
+                            for (_, event), (vector, features) in zip(chunk, vectors, strict=True)]
+                self._prefetch(batch.pre, [m for m in memories if m.kind != "pattern"])
+                for (item, event), memory in zip(chunk, memories, strict=True):
+                    try:
+                        self._apply_event(memory, batch, result)
+                    except StoreError:
+                        raise  # transient: the batch is read again, nothing is dead-lettered
+                    except Exception as exc:  # a deterministic failure of one event must not stop the partition
+                        log.exception("event %s failed", event.event_id)
+                        self._dead(result, item, "processing_error", f"{type(exc).__name__}: {exc}")
+        finally:
+            wait([ahead])  # nothing of this batch is left running on the model thread
         self._write(batch)
         result.stored += batch.new
         return result
@@ -299,8 +337,7 @@ class Processor:
 
     def mark_sent(self, memory_ids: Sequence[str]) -> None:
         """The status events kept on these memories were published: clear them."""
-        for mid in dict.fromkeys(memory_ids):
-            self.store.update(mid, {"outbox": [], "outbox_state": "sent"})
+        self.store.update_many(list(dict.fromkeys(memory_ids)), {"outbox": [], "outbox_state": "sent"})
 
     def unsent(self) -> BatchResult:
         """Every status event stored and not yet published (after a crash, at the worker's start)."""
@@ -311,38 +348,38 @@ class Processor:
             result.outbox_owners.append(memory.memory_id)
         return result
 
-    def _vectors(self, events: list[MemoryAdded], result: BatchResult) -> list[tuple[np.ndarray, Features]]:
-        """Each event's vector and the judge's word features (a producer-supplied embedding still
-        needs its text's features, where the embedder gives them)."""
-        featured = hasattr(self.embed, "encode_with_features")
-        texts = [e.text for e in events if e.embedding is None or featured]
+    def _vectors(self, events: list[MemoryAdded]) -> tuple[list[tuple[np.ndarray, Features]], float, int]:
+        """Each event's vector and the judge's word features, the seconds spent in the model and the
+        texts it embedded. A producer's embedding (checked and normalised by the schema) is used as it
+        is; its word features are computed later, only if the judge has candidates to compare it with."""
+        texts = [e.text for e in events if e.embedding is None]
         start = time.perf_counter()
         vecs, feats = embed_with_features(self.embed, texts)
-        result.embed_seconds += time.perf_counter() - start
-        result.embedded += len(texts)
+        seconds = time.perf_counter() - start
         computed = iter(zip(vecs, feats, strict=True))
-        out = []
+        out: list[tuple[np.ndarray, Features]] = []
         for e in events:
-            vec, feat = next(computed) if e.embedding is None or featured else (None, None)
-            if e.embedding is not None:
-                vec = np.asarray(e.embedding, np.float32)
-            out.append((np.asarray(vec, np.float32), feat))
-        return out
+            if e.embedding is None:
+                vec, feat = next(computed)
+                out.append((np.asarray(vec, np.float32), feat))
+            else:
+                out.append((np.asarray(e.embedding, np.float32), None))
+        return out, seconds, len(texts)
 
-    def _prefetch(self, facts: list[Memory]) -> _Prefetched:
-        """The store reads a batch's facts need, in two calls: exact normalised-text matches (vector
-        recall can miss them) and each fact's nearest active facts, with room for the batch's own changes."""
-        pre = _Prefetched(limit=self.candidate_k + PREFETCH_SLACK)
+    def _prefetch(self, pre: _Prefetched, facts: list[Memory]) -> None:
+        """The store reads a chunk's facts need, in two calls: exact normalised-text matches (vector
+        recall can miss them) and each fact's nearest active facts, with room for the batch's own changes.
+        The batch writes nothing before its end, so every chunk reads the store as the batch found it."""
         if not facts:
-            return pre
+            return
         keys = {text_key(m.user_id, m.text) for m in facts}
         scope = {"user_id": sorted({m.user_id for m in facts}), "status": "active", "kind": "fact"}
         for m in self.store.scroll({**scope, "text_key": sorted(keys)}, with_vectors=True):
             pre.exact.setdefault(text_key(m.user_id, m.text), []).append(m)
         wheres = [{"user_id": m.user_id, "status": "active", "kind": "fact"} for m in facts]
-        hits = self.store.nearest_many([m.vector for m in facts], wheres, pre.limit, with_vectors=True)
-        pre.near = {m.memory_id: h for m, h in zip(facts, hits, strict=True)}
-        return pre
+        vectors = [m.vector for m in facts if m.vector is not None]
+        hits = self.store.nearest_many(vectors, wheres, pre.limit, with_vectors=True)
+        pre.near.update((m.memory_id, h) for m, h in zip(facts, hits, strict=True))
 
     def candidates(self, new: Memory, batch: _Batch) -> list[Memory]:
         """Exact normalised-text matches first, then the nearest active facts, as the store would answer
@@ -388,6 +425,11 @@ class Processor:
             result.outcomes["pattern_stored"] += 1
             return
         candidates = self.candidates(memory, batch)
+        if candidates and memory.features is None and hasattr(self.embed, "features"):
+            start = time.perf_counter()  # a producer's embedding: the judge still aligns words
+            memory.features = self.embed.features([memory.text])[0].to_payload()
+            result.embed_seconds += time.perf_counter() - start
+            result.embedded += 1
         decisions = self.decide(memory, candidates) if candidates else []
         by_id = {c.memory_id: c for c in candidates}
         copies = dict(by_id)  # apply_decision drops superseded ones from by_id

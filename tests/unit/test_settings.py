@@ -54,7 +54,7 @@ def test_defaults() -> None:
     s = load()
     assert (s.app_id, s.broker, s.store_dir, s.data_dir) == (
         "dreamstream", "kafka://127.0.0.1:9092", str(Path("var", "store")), str(Path("var", "faust")))
-    assert (s.batch_size, s.batch_within, s.session_timeout, s.stall_seconds) == (64, 0.5, 30.0, 30.0)
+    assert (s.batch_size, s.batch_within, s.session_timeout, s.stall_seconds) == (256, 0.5, 30.0, 30.0)
     assert (s.http_host, s.http_port, s.synthesis_check_seconds, s.llm_timeout) == ("127.0.0.1", 6066, 60.0, 10.0)
     assert (s.judge, s.synthesis_text, s.synthesis_cadence, s.synthesis_cadence_days) == (
         "offline", "offline", "weekly", 7.0)
@@ -102,7 +102,7 @@ def test_only_the_named_variable_is_read(clean_env: pytest.MonkeyPatch, tmp_path
     (tmp_path / ".env").write_text("DREAM_JUDGE=llm\nDREAM_PARTITIONS=9\n")
     clean_env.chdir(tmp_path)
     s = load()
-    assert (s.judge, s.batch_size, s.topics.partitions) == ("offline", 64, 4)
+    assert (s.judge, s.batch_size, s.topics.partitions) == ("offline", 256, 4)
 
 
 @pytest.mark.parametrize(("name", "value", "problem"), [
@@ -135,7 +135,7 @@ def test_settings_are_immutable_and_keywords_override(clean_env: pytest.MonkeyPa
     with pytest.raises(ValueError):
         s.judge = "llm"  # type: ignore[misc]
     changed = Settings(judge="llm", llm_model="m")
-    assert (changed.judge, changed.llm_model, changed.batch_size, changed.topics) == ("llm", "m", 64, s.topics)
+    assert (changed.judge, changed.llm_model, changed.batch_size, changed.topics) == ("llm", "m", 256, s.topics)
     assert s.judge == "nli"
     assert Settings(judge="llm", llm_url="").llm_url is None  # keyword arguments win, and validate
     with pytest.raises(ValueError, match="^DREAM_BATCH_SIZE: "):
