@@ -133,6 +133,8 @@ def _chunks(items: list[Any]) -> list[list[Any]]:
         i += size
         size = min(size * 2, EMBED_CHUNK)
     return out
+
+
 _model_executor: ThreadPoolExecutor | None = None
 
 
@@ -377,7 +379,7 @@ class Processor:
         for m in self.store.scroll({**scope, "text_key": sorted(keys)}, with_vectors=True):
             pre.exact.setdefault(text_key(m.user_id, m.text), []).append(m)
         wheres = [{"user_id": m.user_id, "status": "active", "kind": "fact"} for m in facts]
-        vectors = [m.vector for m in facts if m.vector is not None]
+        vectors = [np.asarray(m.vector, np.float32) for m in facts]  # every new fact has its vector by now
         hits = self.store.nearest_many(vectors, wheres, pre.limit, with_vectors=True)
         pre.near.update((m.memory_id, h) for m, h in zip(facts, hits, strict=True))
 
