@@ -53,32 +53,39 @@ real theme sit well below (99% of the dev themes' pairs under 0.61)."""
 
 TEMPERATURE = 0.05
 """Softmax temperature over hint-area scores: a memory's profile is dominated by its two or three best areas."""
-TOPIC_WEIGHT = 0.6
+TOPIC_WEIGHT = 0.3
 """Pair affinity = TOPIC_WEIGHT * topic-profile cosine + the rest * content affinity (`content_affinity`)."""
-CUT_BASE = 0.2
+CUT_BASE = 0.15
 """Minimum mean pair affinity within one group (average linkage), for a user with few memories."""
-CUT_SLOPE = 0.3
+CUT_SLOPE = 0.1
 """How much stricter the cut gets per doubling of the user's eligible memories above CUT_PIVOT."""
 CUT_PIVOT = 16
-CUT_MAX = 0.5
+CUT_MAX = 0.3
 DIRECT_MIN = 0.05
 """A linked pair must also be this close in its own content: the same topic area alone links nothing."""
 LEX_WEIGHT = 0.25
 """Weight of shared rare content words in a pair's affinity, next to the centred embedding cosine."""
-LINK_MIN = 0.2
+LINK_MIN = 0.15
 """A pair is linked when its affinity reaches this: both memories are about the same concrete thing."""
 DENSITY = 0.5
 """Each member must be linked to at least this share of the group's other members (no chains)."""
-COHESION_MIN = 0.2
+COHESION_MIN = 0.17
 """Mean content affinity inside a group that counts as shared content without a shared word."""
 COHESION_WITH_WORD = 0.05
 """Mean content affinity a group needs when a specific word recurs in SHARED_MIN of its members."""
+STRAY_FRAC = 0.3
+STRAY_MIN = 0.05
+"""A member's mean content affinity to the rest of its group must reach STRAY_FRAC of the group's median
+member's and STRAY_MIN: members belong to the group's core, not to one neighbour."""
 SHARED_MIN = 0.3
 """At least one content word (or entity) must recur in this share of the members: they share content."""
 PAIR_BASE = 0.1
 """The median centred cosine of unrelated memory pairs (dev: 0.11); a user's median above it is their
 shared background and is taken off every pair."""
 COMMON_DF = 0.2
+BACKGROUND_MIN = 5.0
+"""A word needs more than this many memories (and COMMON_DF of them) to count as the person's background:
+a theme may fill most of a small record."""
 """Content words in more than this share of the user's memories are their background, not a theme's."""
 MAX_WORDS = 40
 """The offline pattern sentence stays within this many words."""
@@ -280,6 +287,29 @@ TOPIC_HINTS: dict[str, tuple[str, ...]] = {
 }
 BACKGROUND: tuple[str, ...] = tuple(p for ps in TOPIC_HINTS.values() for p in ps)
 
+# Kinds of memory that are true of a person but are no evidence of a pattern: standing facts of their
+# record (where they live, birthdays, relatives' names, languages, favourites) and statements of
+# feeling, belief or value. A memory nearer to one of these than to any TOPIC_HINTS area is left out
+# of the themes: a group of them is a profile or an outlook, not a concrete pursuit.
+NOT_EVIDENCE: dict[str, tuple[str, ...]] = {
+    "profile": (
+        "User lives in a city.", "User's birthday is in spring.", "User grew up in a small town.",
+        "User's sister lives abroad.", "User's mother is called Anna.", "User's partner is called Sam.",
+        "User speaks two languages.", "User's favourite food is pasta.", "User's favourite colour is blue.",
+        "User is left handed.", "User supports a football team.", "User's phone number changed.",
+        "User is 34 years old.", "User's flat is on the second floor."),
+    "outlook": (
+        "User values kindness and honesty.", "User believes in helping others.",
+        "User feels grateful for their friends.", "User is proud of how far they have come.",
+        "User thinks it is important to stay positive.", "User finds it inspiring to see people grow.",
+        "User felt happy and moved by the moment.", "User is excited about the future.",
+        "User appreciates the support of the people around them."),
+}
+NOT_EVIDENCE_MARGIN = 0.05
+"""How much nearer a NOT_EVIDENCE example must be than any area's to leave a memory out (a gift "for her
+birthday" is still about the gift)."""
+_NOT_EVIDENCE_TEXTS: tuple[str, ...] = tuple(p for ps in NOT_EVIDENCE.values() for p in ps)
+
 @dataclass(frozen=True)
 class Theme:
     """A group of one user's memories that together imply a pattern, and the pattern's text."""
@@ -479,11 +509,11 @@ def term_weights(term_sets: Sequence[set[str]]) -> dict[str, float]:
     """
     n = len(term_sets)
     df = Counter(t for s in term_sets for t in s)
-    limit = max(2.0, COMMON_DF * n)
+    limit = max(BACKGROUND_MIN, COMMON_DF * n)
     return {t: math.log(n / c) / math.log(max(n, 3)) for t, c in df.items() if 2 <= c <= limit}
 
 
-_hint_cache: dict[tuple[object, object], tuple[object, np.ndarray]] = {}
+_hint_cache: dict[tuple[object, ...], tuple[object, np.ndarray]] = {}
 _HINT_OWNER = np.array([i for i, k in enumerate(TOPIC_HINTS) for _ in TOPIC_HINTS[k]])
 
 
@@ -500,6 +530,23 @@ def _hints(embed: Embed) -> np.ndarray:
         hit = (embed, _unit(np.asarray(embed(list(BACKGROUND)), dtype=np.float32)))
         _hint_cache[key] = hit  # keep `embed` alive so the key's objects are never reused
     return hit[1]
+
+
+def _embedded(embed: Embed, texts: tuple[str, ...]) -> np.ndarray:
+    """Unit embeddings of fixed example texts, computed once per embedding function."""
+    key = (*_embed_key(embed), texts)
+    hit = _hint_cache.get(key)
+    if hit is None:
+        hit = (embed, _unit(np.asarray(embed(list(texts)), dtype=np.float32)))
+        _hint_cache[key] = hit
+    return hit[1]
+
+
+def concrete(vectors: np.ndarray, embed: Embed) -> np.ndarray:
+    """(n,) bool: the memory's nearest example is an everyday area's, not a NOT_EVIDENCE kind's (profile, outlook)."""
+    topic = (vectors @ _hints(embed).T).max(axis=1)
+    other = (vectors @ _embedded(embed, _NOT_EVIDENCE_TEXTS).T).max(axis=1)
+    return np.asarray(other - topic < NOT_EVIDENCE_MARGIN)
 
 
 def topic_profiles(vectors: np.ndarray, embed: Embed) -> np.ndarray:
@@ -571,6 +618,21 @@ def dense_core(group: Sequence[int], linked: np.ndarray, aff: np.ndarray) -> lis
     return g
 
 
+def trim_strays(group: Sequence[int], direct: np.ndarray) -> list[int]:
+    """Drops members whose own content is far from the rest of the group (a stray joined through one
+    neighbour or the topic area): each member's mean content affinity to the others must reach
+    STRAY_FRAC of the group's median member and STRAY_MIN."""
+    g = list(group)
+    while len(g) > 2:
+        sub = direct[np.ix_(g, g)]
+        own = (sub.sum(axis=1) - np.diag(sub)) / (len(g) - 1)
+        worst = int(np.argmin(own))
+        if own[worst] >= max(STRAY_MIN, STRAY_FRAC * float(np.median(own))):
+            break
+        g.pop(worst)
+    return g
+
+
 def shared_content(term_sets: Sequence[set[str]], weights: dict[str, float]) -> list[tuple[str, int]]:
     """The specific content words the members share, with how many members say each, most shared first."""
     counts = Counter(t for s in term_sets for t in s if t in weights)
@@ -613,6 +675,11 @@ def find_themes(user_memories: Sequence[Memory], embed: Embed) -> list[Theme]:
         raise ValueError(f"find_themes takes one user's memories, got {sorted(users)}")
     user_id = users.pop()
     person = person_name([m.text for m in mems])
+    n_known = len(mems)  # chance groups grow with everything known, profile facts included
+    keep = concrete(_vectors(mems, embed), embed)
+    mems = [m for m, k in zip(mems, keep, strict=True) if k]
+    if len(mems) < MIN_THEME_SIZE:
+        return []
     ignore = frozenset({person.lower(), "user"})
     terms = _canonical([content_words(m.text, ignore) for m in mems])
     weights = term_weights(terms)
@@ -622,11 +689,10 @@ def find_themes(user_memories: Sequence[Memory], embed: Embed) -> list[Theme]:
     aff = TOPIC_WEIGHT * (profiles @ profiles.T) + (1.0 - TOPIC_WEIGHT) * direct
     linked = (aff >= LINK_MIN) & (direct >= DIRECT_MIN)
     np.fill_diagonal(linked, True)
-    n = len(mems)
-    need = min_theme_size(n)
+    need = min_theme_size(n_known)
     found: list[tuple[list[int], list[tuple[str, int]]]] = []
-    for cluster in _clusters(aff, cut_threshold(n)):
-        g = sorted(dense_core(cluster, linked, aff))
+    for cluster in _clusters(aff, cut_threshold(n_known)):
+        g = sorted(trim_strays(dense_core(cluster, linked, aff), direct))
         if len(g) < need or distinct_evidence(vectors[g]) < need:
             continue
         shared = shared_content([terms[i] for i in g], weights)
