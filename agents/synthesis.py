@@ -60,7 +60,7 @@ CUT_BASE = 0.15
 CUT_SLOPE = 0.1
 """How much stricter the cut gets per doubling of the user's eligible memories above CUT_PIVOT."""
 CUT_PIVOT = 16
-CUT_MAX = 0.3
+CUT_MAX = 0.4
 DIRECT_MIN = 0.05
 """A linked pair must also be this close in its own content: the same topic area alone links nothing."""
 LEX_WEIGHT = 0.25
@@ -69,7 +69,7 @@ LINK_MIN = 0.15
 """A pair is linked when its affinity reaches this: both memories are about the same concrete thing."""
 DENSITY = 0.5
 """Each member must be linked to at least this share of the group's other members (no chains)."""
-COHESION_MIN = 0.17
+COHESION_MIN = 0.15
 """Mean content affinity inside a group that counts as shared content without a shared word."""
 COHESION_WITH_WORD = 0.05
 """Mean content affinity a group needs when a specific word recurs in SHARED_MIN of its members."""
@@ -77,6 +77,8 @@ STRAY_FRAC = 0.3
 STRAY_MIN = 0.05
 """A member's mean content affinity to the rest of its group must reach STRAY_FRAC of the group's median
 member's and STRAY_MIN: members belong to the group's core, not to one neighbour."""
+OVERLAP_FRAC = 0.6
+"""Two themes of one person whose cross affinity reaches this share of the smaller one's cohesion overlap."""
 SHARED_MIN = 0.3
 """At least one content word (or entity) must recur in this share of the members: they share content."""
 PAIR_BASE = 0.1
@@ -288,9 +290,11 @@ TOPIC_HINTS: dict[str, tuple[str, ...]] = {
 BACKGROUND: tuple[str, ...] = tuple(p for ps in TOPIC_HINTS.values() for p in ps)
 
 # Kinds of memory that are true of a person but are no evidence of a pattern: standing facts of their
-# record (where they live, birthdays, relatives' names, languages, favourites) and statements of
-# feeling, belief or value. A memory nearer to one of these than to any TOPIC_HINTS area is left out
-# of the themes: a group of them is a profile or an outlook, not a concrete pursuit.
+# record (where they live, birthdays, relatives' names, languages, favourites), statements of
+# feeling, belief or value, and how they respond to someone else in a conversation. A memory clearly
+# nearer (NOT_EVIDENCE_MARGIN) to one of these examples than to any TOPIC_HINTS example is left out of
+# the themes, and a theme whose typical member leans this way (GROUP_LEAN) is dropped: a group of them
+# is a profile, an outlook or a conversation, not a concrete pursuit.
 NOT_EVIDENCE: dict[str, tuple[str, ...]] = {
     "profile": (
         "User lives in a city.", "User's birthday is in spring.", "User grew up in a small town.",
@@ -303,11 +307,19 @@ NOT_EVIDENCE: dict[str, tuple[str, ...]] = {
         "User feels grateful for their friends.", "User is proud of how far they have come.",
         "User thinks it is important to stay positive.", "User finds it inspiring to see people grow.",
         "User felt happy and moved by the moment.", "User is excited about the future.",
-        "User appreciates the support of the people around them."),
+        "User appreciates the support of the people around them.", "User feels calm and relaxed.",
+        "User loves how it makes them feel."),
+    "interaction": (
+        "User asks their friend how things are going.", "User congratulated their friend on the news.",
+        "User encourages their friend to keep going.", "User supports their friend's project.",
+        "User is interested in their friend's trip and photos.", "User thanked their friend for the advice."),
 }
 NOT_EVIDENCE_MARGIN = 0.05
 """How much nearer a NOT_EVIDENCE example must be than any area's to leave a memory out (a gift "for her
 birthday" is still about the gift)."""
+GROUP_LEAN = -0.03
+"""A theme's typical (median) member must be nearer to an everyday area than to a NOT_EVIDENCE kind by
+this much: a group of memories that each only half describe something done is an outlook, not a pattern."""
 _NOT_EVIDENCE_TEXTS: tuple[str, ...] = tuple(p for ps in NOT_EVIDENCE.values() for p in ps)
 
 @dataclass(frozen=True)
@@ -544,9 +556,14 @@ def _embedded(embed: Embed, texts: tuple[str, ...]) -> np.ndarray:
 
 def concrete(vectors: np.ndarray, embed: Embed) -> np.ndarray:
     """(n,) bool: the memory's nearest example is an everyday area's, not a NOT_EVIDENCE kind's (profile, outlook)."""
+    return np.asarray(not_evidence_lean(vectors, embed) < NOT_EVIDENCE_MARGIN)
+
+
+def not_evidence_lean(vectors: np.ndarray, embed: Embed) -> np.ndarray:
+    """(n,) how much nearer each memory's nearest NOT_EVIDENCE example is than its nearest area example."""
     topic = (vectors @ _hints(embed).T).max(axis=1)
     other = (vectors @ _embedded(embed, _NOT_EVIDENCE_TEXTS).T).max(axis=1)
-    return np.asarray(other - topic < NOT_EVIDENCE_MARGIN)
+    return np.asarray(other - topic, dtype=np.float64)
 
 
 def topic_profiles(vectors: np.ndarray, embed: Embed) -> np.ndarray:
@@ -654,6 +671,26 @@ def shares_content(group: Sequence[int], shared: Sequence[tuple[str, int]], dire
     return cohesion >= COHESION_MIN or (word and cohesion >= COHESION_WITH_WORD)
 
 
+def _mean_cross(a: Sequence[int], b: Sequence[int], direct: np.ndarray) -> float:
+    if a is b:
+        sub = direct[np.ix_(a, a)]
+        return float((sub.sum() - np.trace(sub)) / max(1, len(a) * (len(a) - 1)))
+    return float(direct[np.ix_(a, b)].mean())
+
+
+def drop_overlapping(found: list[tuple[list[int], list[tuple[str, int]]]],
+                     direct: np.ndarray) -> list[tuple[list[int], list[tuple[str, int]]]]:
+    """Keeps one theme per thing: a theme whose members are, on average, nearly as close to a larger kept
+    theme's members (OVERLAP_FRAC of its own cohesion) is the same pursuit seen twice and is dropped."""
+    kept: list[tuple[list[int], list[tuple[str, int]]]] = []
+    for g, shared in found:  # largest first
+        own = _mean_cross(g, g, direct)
+        if any(_mean_cross(g, k, direct) >= OVERLAP_FRAC * own for k, _ in kept):
+            continue
+        kept.append((g, shared))
+    return kept
+
+
 def distinct_evidence(vectors: np.ndarray) -> int:
     """How many separate things a group says: members joined by restatement-close pairs count once."""
     n_parts, _ = connected_components(csr_matrix(vectors @ vectors.T >= RESTATEMENT_COS), directed=False)
@@ -676,8 +713,9 @@ def find_themes(user_memories: Sequence[Memory], embed: Embed) -> list[Theme]:
     user_id = users.pop()
     person = person_name([m.text for m in mems])
     n_known = len(mems)  # chance groups grow with everything known, profile facts included
-    keep = concrete(_vectors(mems, embed), embed)
-    mems = [m for m, k in zip(mems, keep, strict=True) if k]
+    lean_all = not_evidence_lean(_vectors(mems, embed), embed)
+    mems = [m for m, x in zip(mems, lean_all, strict=True) if x < NOT_EVIDENCE_MARGIN]
+    lean = lean_all[lean_all < NOT_EVIDENCE_MARGIN]
     if len(mems) < MIN_THEME_SIZE:
         return []
     ignore = frozenset({person.lower(), "user"})
@@ -698,8 +736,11 @@ def find_themes(user_memories: Sequence[Memory], embed: Embed) -> list[Theme]:
         shared = shared_content([terms[i] for i in g], weights)
         if not shares_content(g, shared, direct):
             continue
+        if float(np.median(lean[g])) > GROUP_LEAN:
+            continue  # the typical member is a feeling, a profile fact or a reply to someone: no pursuit
         found.append((g, shared))
     found.sort(key=lambda gs: (-len(gs[0]), mems[gs[0][0]].memory_id))
+    found = drop_overlapping(found, direct)
     themes: list[Theme] = []
     for g, shared in found:
         members = [mems[i] for i in g]
@@ -825,6 +866,10 @@ def pattern_text(person: str, typical_texts: Sequence[str], shared: Sequence[str
         c = clause_of(text, person)
         if c:
             cands.append((i, c[0], c[1], content_words(c[1], ignore)))
+    # A clause about someone else ("admires Sam's patience") says little about the person: used only
+    # when nothing else is left.
+    own = [c for c in cands if not _about_other(c[2], person)]
+    cands = own or cands
     covered: set[str] = set()
     chosen: list[tuple[str, str]] = []
     used = _words(person) + 1
@@ -855,7 +900,22 @@ def pattern_text(person: str, typical_texts: Sequence[str], shared: Sequence[str
         parts.append(f"{person} {listed}")
     parts += rest
     sentence = "; ".join(parts) if vps else f"{person}: " + "; ".join(parts)
+    sentence = _DOUBLED.sub(r"\1", sentence)
     return sentence[0].upper() + sentence[1:] + "."
+
+
+_DOUBLED = re.compile(r"\b(\w+)(?:\s+\1\b)+", re.IGNORECASE)
+"""A word said twice in a row ("the the"), as joined or garbled clauses can leave it."""
+
+
+def _about_other(clause: str, person: str) -> bool:
+    """Whether a clause names another person's possession or quality ("admires Sam's patience")."""
+    for m in re.finditer(r"\b([A-Za-z][\w-]*)(?:'s|’s)\b", clause):
+        word = m.group(1)
+        if word.lower() != person.lower() and word[:1].isupper():
+            return True
+    return False
+
 
 
 # --- identity -----------------------------------------------------------------------------------
