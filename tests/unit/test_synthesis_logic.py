@@ -266,3 +266,62 @@ def test_rerun_with_same_evidence_changes_nothing(embed: Embed) -> None:
         mem(t.pattern_id, t.text, user="u-tomasz", kind="pattern", sources=list(t.memory_ids)) for t in first])
     key = [(t.pattern_id, t.memory_ids, t.text) for t in first]
     assert key and key == [(t.pattern_id, t.memory_ids, t.text) for t in again]
+
+
+# --- round 2: what is no evidence, strays, overlaps, wording hygiene ------------------------------
+
+# Written for these tests: standing profile facts, feelings and replies to a friend, no pursuit.
+LENA_PROFILE = [
+    "Lena lives in Graz.", "Lena's birthday is on 2 February.", "Lena grew up on a farm.",
+    "Lena's brother is called Felix.", "Lena speaks Slovenian and German.", "Lena's favourite fruit is plums.",
+    "Lena supports a local ice hockey team.", "Lena is 41 years old.",
+]
+LENA_OUTLOOK = [
+    "Lena believes honesty matters more than anything.", "Lena feels thankful for her friends.",
+    "Lena is proud of how much she has grown.", "Lena thinks staying hopeful is important.",
+    "Lena asked her friend how the new job is going.", "Lena congratulated her friend on the engagement.",
+    "Lena encouraged her friend to keep going.", "Lena thanked her friend for the advice.",
+]
+
+
+def test_profile_feelings_and_replies_are_no_evidence(embed: Embed) -> None:
+    """Twenty facts of a person that are all true of her but describe no pursuit: no theme."""
+    texts = LENA_PROFILE + LENA_OUTLOOK + ["Lena drives a red Fiat.", "Lena wears contact lenses.",
+                                           "Lena dislikes crowded trains.", "Lena has a cat called Mur."]
+    memories = user_memories(texts, user="u-lena")
+    keep = syn.concrete(syn._vectors(memories, embed), embed)
+    assert keep.sum() < len(texts) / 2
+    assert syn.find_themes(memories, embed) == []
+
+
+def test_fitness_theme_survives_among_profile_facts(embed: Embed) -> None:
+    memories = user_memories(LENA_PROFILE + LENA_OUTLOOK + [t.replace("Tomasz", "Lena").replace(" his ", " her ")
+                                                            for t in DREAM_FITNESS], user="u-lena")
+    themes = syn.find_themes(memories, embed)
+    assert len(themes) == 1 and len(themes[0].memory_ids) >= 4
+    assert all("marathon" in t or "run" in t or "training" in t or "watch" in t for t in themes[0].typical)
+
+
+def test_stray_member_is_trimmed() -> None:
+    direct = np.full((5, 5), 0.3)
+    direct[4, :] = direct[:, 4] = 0.02  # close to nobody in particular
+    np.fill_diagonal(direct, 1.0)
+    assert syn.trim_strays([0, 1, 2, 3, 4], direct) == [0, 1, 2, 3]
+    assert syn.trim_strays([0, 1, 2, 3], direct) == [0, 1, 2, 3]
+
+
+def test_overlapping_themes_of_one_person_kept_once() -> None:
+    direct = np.full((9, 9), 0.02)
+    direct[:6, :6] = 0.3  # 0-5: one pursuit, found as two groups
+    direct[6:, 6:] = 0.3  # 6-8: another
+    np.fill_diagonal(direct, 1.0)
+    found = [([0, 1, 2], [("a", 3)]), ([3, 4, 5], [("b", 3)]), ([6, 7, 8], [("c", 3)])]
+    assert [g for g, _ in syn.drop_overlapping(found, direct)] == [[0, 1, 2], [6, 7, 8]]
+
+
+def test_wording_leaves_out_other_people_and_doubled_words() -> None:
+    texts = ["Lena admires Tom's patience with bread dough.", "Lena bakes rye bread every Saturday.",
+             "Lena sells her bread at the the farmers market."]
+    text = syn.pattern_text("Lena", texts, ["bread"])
+    assert text.startswith("Lena ") and "Tom" not in text and "the the" not in text
+    assert "bakes rye bread every Saturday" in text
