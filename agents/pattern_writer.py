@@ -16,9 +16,9 @@ from dreamstream.agents.llm_reply import AskJSON, LLMReplyError
 
 SYSTEM_PROMPT = """You write one long-term memory that generalises several short memories about \
 the same person. Answer with JSON only: {"pattern": "<one sentence>"}. The sentence starts with \
-"User", is at most 30 words, states the general pattern the memories share (a routine, a project, \
-an interest, a way of working), is more general than any single memory, and adds nothing the \
-memories do not support. No lists, no quotes of the memories."""
+the person's name as the memories use it ("User" when they use none), is at most 40 words, states \
+the concrete pattern the memories share (what, how often, with what), and adds nothing the \
+memories do not support."""
 
 MAX_CHARS = 300
 MAX_EVIDENCE = 12
@@ -44,7 +44,7 @@ class LLMPatternWriter:
     name: str = "llm"
 
     def messages(self, label: str, texts: Sequence[str]) -> list[dict[str, str]]:
-        lines = [f"Topic hint: {label}", "Memories:"] + [f"- {t}" for t in texts[:MAX_EVIDENCE]]
+        lines = [f"Shared words: {label}", "Memories:"] + [f"- {t}" for t in texts[:MAX_EVIDENCE]]
         return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n".join(lines)}]
 
     def __call__(self, label: str, texts: Sequence[str]) -> str | None:

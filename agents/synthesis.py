@@ -4,12 +4,17 @@ Pure: no Kafka, no Qdrant. The pipeline reads the user's memories, calls `synthe
 `eligible`, `find_themes`, `match_existing`) and stores each `Theme` as a `kind="pattern"` memory whose
 `sources` are the theme's evidence.
 
-Why topics, not wording: a theme's memories ("runs 40 km a week", "tracks workouts on a Garmin",
-"signed up for a marathon") share a higher-order topic, not words, so plain clustering of sentence
-embeddings misses most themes. Each memory is therefore described by how strongly it belongs to each
-domain of a broad, generic taxonomy of life and work areas (zero-shot, same embedding model), and
-memories are clustered on that topic profile. Most memories belong to no theme, so a group must be
-tight and large enough, more so when the user has many memories (more memories, more chance groups).
+Why content, not labels: a pattern is read as insight about a person, so a wrong one misleads more
+than none. A group counts only when its members are about the same concrete thing and hang together
+with one another: every member must be close to most other members (not a chain, not only to a
+shared topic label), by what the person says specifically (sentence embeddings centred on that
+person's own average, so what all their memories share, such as their name, counts for nothing)
+and by the rarer content words they share (entities, activities, objects, numbers). Most memories
+belong to no theme, and a user with no clear pattern gets none.
+
+The offline wording is extractive: the person named as the sources name them, then the members'
+own clauses, shortened and chosen to cover the group's distinct details, in one sentence. Nothing
+is claimed that no source says.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -37,19 +43,6 @@ MIN_THEME_SIZE = 3
 """The fewest memories a theme may rest on; users with many memories need more (see `min_theme_size`)."""
 MATCH_OVERLAP = 0.5
 """A new theme takes over an existing pattern's id when they share at least this share of evidence."""
-
-TEMPERATURE = 0.05
-"""Softmax temperature over domain scores: low enough that a memory's profile is dominated by its
-two or three best domains, high enough that a memory between two domains keeps both."""
-TOPIC_WEIGHT = 0.6
-"""Pair similarity = TOPIC_WEIGHT * topic-profile cosine + the rest * centred embedding cosine: the
-profile sees shared topics, the embedding sees shared entities and topics the taxonomy lacks."""
-CUT_BASE = 0.2
-"""Minimum mean pair similarity within one group (average linkage), for a user with few memories."""
-CUT_SLOPE = 0.3
-"""How much stricter the cut gets per doubling of the user's eligible memories above CUT_PIVOT."""
-CUT_PIVOT = 16
-CUT_MAX = 0.5
 SIZE_PER_THEME = 5
 """A user with n eligible memories needs themes of about n / SIZE_PER_THEME members (3 to 5)."""
 MAX_MIN_SIZE = 5
@@ -57,202 +50,277 @@ RESTATEMENT_COS = 0.7
 """Members this close (plain embedding cosine) say one thing twice (a restatement, a repeated event,
 one slot's old and new value): they count once towards a theme's size. Distinct memories of one
 real theme sit well below (99% of the dev themes' pairs under 0.61)."""
-LABEL_MIN_SCORE = 0.16
-"""Below this mean score no taxonomy domain describes the group (a topic the taxonomy lacks, e.g.
-sailing): the pattern is then worded without a domain, and keyed on its first evidence instead."""
-UNNAMED_LABEL = "one recurring topic"
 
-# A broad, generic taxonomy of life and work areas. Each domain has a label (used in the pattern text)
-# and a few short example statements in the style of memories; a memory's score for a domain is its
-# mean cosine to the examples. Keep it general: it must cover users and topics never seen in tuning.
-DOMAINS: dict[str, tuple[str, tuple[str, ...]]] = {
+TEMPERATURE = 0.05
+"""Softmax temperature over hint-area scores: a memory's profile is dominated by its two or three best areas."""
+TOPIC_WEIGHT = 0.3
+"""Pair affinity = TOPIC_WEIGHT * topic-profile cosine + the rest * content affinity (`content_affinity`)."""
+CUT_BASE = 0.15
+"""Minimum mean pair affinity within one group (average linkage), for a user with few memories."""
+CUT_SLOPE = 0.1
+"""How much stricter the cut gets per doubling of the user's eligible memories above CUT_PIVOT."""
+CUT_PIVOT = 16
+CUT_MAX = 0.4
+DIRECT_MIN = 0.05
+"""A linked pair must also be this close in its own content: the same topic area alone links nothing."""
+LEX_WEIGHT = 0.25
+"""Weight of shared rare content words in a pair's affinity, next to the centred embedding cosine."""
+LINK_MIN = 0.15
+"""A pair is linked when its affinity reaches this: both memories are about the same concrete thing."""
+DENSITY = 0.5
+"""Each member must be linked to at least this share of the group's other members (no chains)."""
+COHESION_MIN = 0.15
+"""Mean content affinity inside a group that counts as shared content without a shared word."""
+COHESION_WITH_WORD = 0.05
+"""Mean content affinity a group needs when a specific word recurs in SHARED_MIN of its members."""
+STRAY_FRAC = 0.3
+STRAY_MIN = 0.05
+"""A member's mean content affinity to the rest of its group must reach STRAY_FRAC of the group's median
+member's and STRAY_MIN: members belong to the group's core, not to one neighbour."""
+OVERLAP_FRAC = 0.6
+"""Two themes of one person whose cross affinity reaches this share of the smaller one's cohesion overlap."""
+SHARED_MIN = 0.3
+"""At least one content word (or entity) must recur in this share of the members: they share content."""
+PAIR_BASE = 0.1
+"""The median centred cosine of unrelated memory pairs (dev: 0.11); a user's median above it is their
+shared background and is taken off every pair."""
+COMMON_DF = 0.2
+BACKGROUND_MIN = 5.0
+"""A word needs more than this many memories (and COMMON_DF of them) to count as the person's background:
+a theme may fill most of a small record."""
+"""Content words in more than this share of the user's memories are their background, not a theme's."""
+MAX_WORDS = 40
+"""The offline pattern sentence stays within this many words."""
+CLAUSE_WORDS = 14
+"""A member's clause longer than this (after cutting at its first clause boundary) is left out."""
+
+
+# A broad, generic taxonomy of everyday life and work areas, each with a few example statements in the
+# style of memories. A hint only: a memory's softmax profile over these areas says which neighbourhood
+# of meaning it sits in, which helps link "bought a prime lens" with "edits RAW files" where the words
+# and the plain embeddings barely meet. It is never enough on its own (pairs must also be close in
+# their own content), never names a theme and never appears in a pattern's text. The mean of all the
+# examples is also the generic component removed from every embedding before comparing.
+TOPIC_HINTS: dict[str, tuple[str, ...]] = {
     # body, health, mind
-    "fitness": ("fitness and exercise", (
+    "fitness": (
         "User works out regularly at the gym.", "User goes running and trains for races.",
-        "User follows a weekly training plan to get fitter.", "User tracks workouts, steps and heart rate.")),
-    "sports": ("playing sports", (
+        "User follows a weekly training plan to get fitter.", "User tracks workouts, steps and heart rate."),
+    "sports": (
         "User plays football in a weekly league.", "User plays tennis and squash with friends.",
-        "User swims laps at the pool.", "User climbs at the bouldering gym.")),
-    "outdoors": ("hiking and the outdoors", (
+        "User swims laps at the pool.", "User climbs at the bouldering gym."),
+    "outdoors": (
         "User goes hiking in the mountains.", "User likes camping and backpacking trips.",
-        "User spends weekends outdoors in nature.", "User is into trail walking and kayaking.")),
-    "cycling": ("cycling", (
+        "User spends weekends outdoors in nature.", "User is into trail walking and kayaking."),
+    "cycling": (
         "User rides a bike for long weekend rides.", "User commutes by bicycle.",
-        "User maintains and upgrades their bike.")),
-    "nutrition": ("diet and nutrition", (
+        "User maintains and upgrades their bike."),
+    "nutrition": (
         "User follows a specific diet.", "User counts calories and protein.",
-        "User avoids certain foods for health reasons.", "User takes vitamins and supplements.")),
-    "cooking": ("cooking and food", (
+        "User avoids certain foods for health reasons.", "User takes vitamins and supplements."),
+    "cooking": (
         "User loves cooking new recipes at home.", "User bakes bread and cakes.",
-        "User meal-preps for the week.", "User enjoys trying restaurants and cuisines.")),
-    "medical": ("health conditions and medical care", (
+        "User meal-preps for the week.", "User enjoys trying restaurants and cuisines."),
+    "medical": (
         "User has a chronic health condition.", "User sees a doctor about symptoms.",
-        "User takes medication daily.", "User has allergies and medical appointments.")),
-    "mental_health": ("mental health and wellbeing", (
+        "User takes medication daily.", "User has allergies and medical appointments."),
+    "mental_health": (
         "User is dealing with stress and anxiety.", "User practises meditation and breathing exercises.",
-        "User sees a therapist.", "User is working on burnout and work-life balance.")),
-    "sleep": ("sleep", (
+        "User sees a therapist.", "User is working on burnout and work-life balance."),
+    "sleep": (
         "User has trouble sleeping at night.", "User wakes up tired.",
-        "User is trying to fix their sleep schedule.", "User tracks their sleep.")),
-    "routine": ("daily routine and habits", (
+        "User is trying to fix their sleep schedule.", "User tracks their sleep."),
+    "routine": (
         "User has a fixed daily routine.", "User gets up early every morning.",
-        "User plans their day in a set order.", "User is building better daily habits.")),
-    "productivity": ("personal productivity and organisation", (
+        "User plans their day in a set order.", "User is building better daily habits."),
+    "productivity": (
         "User keeps a to-do list and plans the week.", "User uses time blocking and focus sessions.",
-        "User organises notes in an app.", "User tries to avoid distractions.")),
+        "User organises notes in an app.", "User tries to avoid distractions."),
     # people
-    "parenting": ("parenting and children", (
+    "parenting": (
         "User has a young child.", "User is a new parent looking after a baby.",
-        "User helps their kids with school.", "User arranges childcare and daycare.")),
-    "family": ("family relationships", (
+        "User helps their kids with school.", "User arranges childcare and daycare."),
+    "family": (
         "User's parents live in another city.", "User visits their siblings and relatives.",
-        "User takes care of an elderly parent.", "User has a big family.")),
-    "relationships": ("romantic relationship and partner", (
+        "User takes care of an elderly parent.", "User has a big family."),
+    "relationships": (
         "User has a partner they live with.", "User is dating someone new.",
-        "User plans date nights with their spouse.")),
-    "celebrations": ("weddings and big celebrations", (
+        "User plans date nights with their spouse."),
+    "celebrations": (
         "User is planning their wedding.", "User is organising a big party.",
-        "User is booking a venue and guest list for a celebration.")),
-    "social": ("friends and social life", (
+        "User is booking a venue and guest list for a celebration."),
+    "social": (
         "User meets friends every weekend.", "User hosts dinner parties.",
-        "User is part of a local club or community group.")),
-    "pets": ("pets and animals", (
+        "User is part of a local club or community group."),
+    "pets": (
         "User has a dog.", "User has a cat.", "User takes their pet to the vet.",
-        "User is training their puppy.")),
+        "User is training their puppy."),
     # home, money, admin
-    "home_improvement": ("home improvement and DIY", (
+    "home_improvement": (
         "User is renovating their house.", "User does DIY repairs at home.",
-        "User bought power tools for a home project.", "User is painting and redecorating rooms.")),
-    "gardening": ("gardening and plants", (
+        "User bought power tools for a home project.", "User is painting and redecorating rooms."),
+    "gardening": (
         "User grows vegetables in the garden.", "User has many house plants.",
-        "User takes care of their garden and lawn.")),
-    "housing": ("housing and moving home", (
+        "User takes care of their garden and lawn."),
+    "housing": (
         "User is looking for a new apartment.", "User is moving to a new city.",
-        "User is buying a house.", "User deals with their landlord and rent.")),
-    "finance": ("personal finance, saving and budgeting", (
+        "User is buying a house.", "User deals with their landlord and rent."),
+    "finance": (
         "User is saving money for a big purchase.", "User keeps a strict monthly budget.",
-        "User invests in index funds.", "User is paying off debt.")),
-    "admin": ("paperwork, bills and admin", (
+        "User invests in index funds.", "User is paying off debt."),
+    "admin": (
         "User needs to renew their documents.", "User files taxes and pays bills.",
-        "User handles insurance and bank paperwork.")),
-    "shopping": ("shopping and purchases", (
+        "User handles insurance and bank paperwork."),
+    "shopping": (
         "User is comparing products before buying.", "User bought new clothes.",
-        "User looks for deals and discounts.")),
-    "cars": ("cars and driving", (
+        "User looks for deals and discounts."),
+    "cars": (
         "User drives a car.", "User takes their car in for service.",
-        "User is thinking about buying an electric car.")),
-    "commute": ("commuting and transport", (
+        "User is thinking about buying an electric car."),
+    "commute": (
         "User commutes to work by train.", "User takes the bus every day.",
-        "User works from home some days.")),
+        "User works from home some days."),
     # leisure and learning
-    "travel": ("travel and trips", (
+    "travel": (
         "User is planning a trip abroad.", "User books flights and hotels.",
-        "User loves exploring new countries.", "User prefers certain seats and airlines.")),
-    "languages": ("learning a language", (
+        "User loves exploring new countries.", "User prefers certain seats and airlines."),
+    "languages": (
         "User is learning a foreign language.", "User practises vocabulary with an app.",
-        "User takes language lessons with a tutor.", "User speaks several languages.")),
-    "education": ("studying and courses", (
+        "User takes language lessons with a tutor.", "User speaks several languages."),
+    "education": (
         "User is taking an online course.", "User is studying for an exam.",
-        "User is doing a degree part-time.", "User wants to learn a new skill.")),
-    "reading": ("books and reading", (
-        "User reads a lot of novels.", "User is in a book club.", "User reads before bed.")),
-    "writing": ("writing and journaling", (
-        "User writes a blog.", "User keeps a journal.", "User is writing a novel.")),
-    "music": ("music", (
+        "User is doing a degree part-time.", "User wants to learn a new skill."),
+    "reading": (
+        "User reads a lot of novels.", "User is in a book club.", "User reads before bed."),
+    "writing": (
+        "User writes a blog.", "User keeps a journal.", "User is writing a novel."),
+    "music": (
         "User plays an instrument.", "User listens to a lot of music.", "User goes to concerts.",
-        "User takes music lessons.")),
-    "photography": ("photography", (
+        "User takes music lessons."),
+    "photography": (
         "User takes photos with a camera.", "User edits photos.",
-        "User likes photographing landscapes and people.")),
-    "crafts": ("arts and crafts", (
+        "User likes photographing landscapes and people."),
+    "crafts": (
         "User paints and draws.", "User knits and sews.", "User makes pottery.",
-        "User does woodworking as a hobby.")),
-    "film_tv": ("films and TV", (
-        "User is watching a TV series.", "User loves going to the cinema.", "User watches documentaries.")),
-    "games": ("games and gaming", (
+        "User does woodworking as a hobby."),
+    "film_tv": (
+        "User is watching a TV series.", "User loves going to the cinema.", "User watches documentaries."),
+    "games": (
         "User plays video games.", "User plays board games with friends.", "User collects games.",
-        "User likes tabletop and card games.")),
-    "style": ("fashion and personal style", (
+        "User likes tabletop and card games."),
+    "style": (
         "User cares about their clothes and style.", "User has a skincare routine.",
-        "User gets their hair done regularly.")),
-    "causes": ("volunteering and causes", (
+        "User gets their hair done regularly."),
+    "causes": (
         "User volunteers at a local charity.", "User cares about the environment and sustainability.",
-        "User donates to causes.")),
-    "faith": ("religion and spirituality", (
+        "User donates to causes."),
+    "faith": (
         "User goes to church or temple.", "User practises their faith.",
-        "User observes religious holidays.")),
-    "news": ("news and current affairs", (
-        "User follows politics and the news.", "User reads newsletters.", "User avoids social media.")),
-    "gadgets": ("gadgets and personal tech", (
+        "User observes religious holidays."),
+    "news": (
+        "User follows politics and the news.", "User reads newsletters.", "User avoids social media."),
+    "gadgets": (
         "User uses a smartphone and smartwatch.", "User bought a new laptop.",
-        "User likes trying new gadgets and apps.")),
-    "home_tech": ("home servers and networking", (
+        "User likes trying new gadgets and apps."),
+    "home_tech": (
         "User runs servers at home.", "User sets up their home network and router.",
-        "User self-hosts services.", "User tinkers with single-board computers.")),
+        "User self-hosts services.", "User tinkers with single-board computers."),
     # work
-    "job_search": ("job search and career moves", (
+    "job_search": (
         "User is looking for a new job.", "User is preparing for job interviews.",
-        "User is updating their CV.", "User got a job offer.")),
-    "career": ("career growth", (
+        "User is updating their CV.", "User got a job offer."),
+    "career": (
         "User wants a promotion.", "User is thinking about changing careers.",
-        "User has a mentor at work.")),
-    "management": ("leading a team", (
+        "User has a mentor at work."),
+    "management": (
         "User manages a team of engineers.", "User runs one-on-ones with reports.",
-        "User is hiring for their team.")),
-    "meetings": ("meetings and workplace communication", (
+        "User is hiring for their team."),
+    "meetings": (
         "User has too many meetings.", "User prefers async communication at work.",
-        "User writes status updates for stakeholders.")),
-    "business": ("running a business", (
+        "User writes status updates for stakeholders."),
+    "business": (
         "User runs a small business.", "User is launching a startup.",
-        "User works as a freelancer with clients.", "User handles sales and marketing.")),
-    "research": ("research and academia", (
-        "User is writing a research paper.", "User is doing a PhD.", "User analyses experiment results.")),
-    "teaching": ("teaching and mentoring", (
-        "User teaches a class.", "User mentors junior colleagues.", "User gives talks and workshops.")),
-    "design": ("design and user experience", (
-        "User designs user interfaces.", "User works on UX research.", "User cares about visual design.")),
-    "data": ("data analysis and machine learning", (
+        "User works as a freelancer with clients.", "User handles sales and marketing."),
+    "research": (
+        "User is writing a research paper.", "User is doing a PhD.", "User analyses experiment results."),
+    "teaching": (
+        "User teaches a class.", "User mentors junior colleagues.", "User gives talks and workshops."),
+    "design": (
+        "User designs user interfaces.", "User works on UX research.", "User cares about visual design."),
+    "data": (
         "User analyses data with SQL and notebooks.", "User trains machine learning models.",
-        "User builds dashboards and reports.")),
+        "User builds dashboards and reports."),
     # software engineering
-    "code_style": ("coding conventions and code review", (
+    "code_style": (
         "User follows strict coding conventions.", "User reviews pull requests carefully.",
-        "User prefers certain formatting and naming rules.")),
-    "testing": ("software testing", (
+        "User prefers certain formatting and naming rules."),
+    "testing": (
         "User writes tests for their code.", "User runs the test suite in CI.",
-        "User cares about test coverage.")),
-    "typing": ("type systems and static analysis", (
-        "User uses static types in their code.", "User runs a type checker.", "User avoids untyped code.")),
-    "migrations": ("programming languages and migrations", (
+        "User cares about test coverage."),
+    "typing": (
+        "User uses static types in their code.", "User runs a type checker.", "User avoids untyped code."),
+    "migrations": (
         "User is migrating a codebase to a new language.", "User is learning a new programming language.",
-        "User upgrades frameworks and library versions.")),
-    "frontend": ("frontend and web UI development", (
+        "User upgrades frameworks and library versions."),
+    "frontend": (
         "User builds web frontends.", "User works on UI components and styling.",
-        "User cares about how the web app renders in browsers.")),
-    "backend": ("backend services and APIs", (
+        "User cares about how the web app renders in browsers."),
+    "backend": (
         "User builds backend APIs.", "User designs service endpoints.",
-        "User works with databases and queries.")),
-    "infrastructure": ("cloud infrastructure and deployment", (
+        "User works with databases and queries."),
+    "infrastructure": (
         "User deploys services to the cloud.", "User manages servers and containers.",
-        "User automates deployments and CI pipelines.")),
-    "operations": ("production operations and reliability", (
+        "User automates deployments and CI pipelines."),
+    "operations": (
         "User is on call for production systems.", "User watches dashboards and alerts.",
-        "User investigates incidents and outages.")),
-    "performance": ("software performance", (
+        "User investigates incidents and outages."),
+    "performance": (
         "User optimises code for speed.", "User profiles slow queries and endpoints.",
-        "User measures latency and memory use.")),
-    "security": ("software security", (
+        "User measures latency and memory use."),
+    "security": (
         "User cares about application security.", "User manages secrets and access control.",
-        "User patches vulnerabilities.")),
-    "docs": ("documentation and technical writing", (
+        "User patches vulnerabilities."),
+    "docs": (
         "User writes documentation for their code.", "User keeps design documents and READMEs up to date.",
-        "User writes technical specs before coding.")),
-    "dev_tools": ("developer tools and environment", (
+        "User writes technical specs before coding."),
+    "dev_tools": (
         "User uses a particular code editor.", "User customises their terminal and shell.",
-        "User uses git in a particular way.")),
+        "User uses git in a particular way."),
 }
-DOMAIN_KEYS: tuple[str, ...] = tuple(DOMAINS)
+BACKGROUND: tuple[str, ...] = tuple(p for ps in TOPIC_HINTS.values() for p in ps)
 
+# Kinds of memory that are true of a person but are no evidence of a pattern: standing facts of their
+# record (where they live, birthdays, relatives' names, languages, favourites), statements of
+# feeling, belief or value, and how they respond to someone else in a conversation. A memory clearly
+# nearer (NOT_EVIDENCE_MARGIN) to one of these examples than to any TOPIC_HINTS example is left out of
+# the themes, and a theme whose typical member leans this way (GROUP_LEAN) is dropped: a group of them
+# is a profile, an outlook or a conversation, not a concrete pursuit.
+NOT_EVIDENCE: dict[str, tuple[str, ...]] = {
+    "profile": (
+        "User lives in a city.", "User's birthday is in spring.", "User grew up in a small town.",
+        "User's sister lives abroad.", "User's mother is called Anna.", "User's partner is called Sam.",
+        "User speaks two languages.", "User's favourite food is pasta.", "User's favourite colour is blue.",
+        "User is left handed.", "User supports a football team.", "User's phone number changed.",
+        "User is 34 years old.", "User's flat is on the second floor."),
+    "outlook": (
+        "User values kindness and honesty.", "User believes in helping others.",
+        "User feels grateful for their friends.", "User is proud of how far they have come.",
+        "User thinks it is important to stay positive.", "User finds it inspiring to see people grow.",
+        "User felt happy and moved by the moment.", "User is excited about the future.",
+        "User appreciates the support of the people around them.", "User feels calm and relaxed.",
+        "User loves how it makes them feel."),
+    "interaction": (
+        "User asks their friend how things are going.", "User congratulated their friend on the news.",
+        "User encourages their friend to keep going.", "User supports their friend's project.",
+        "User is interested in their friend's trip and photos.", "User thanked their friend for the advice."),
+}
+NOT_EVIDENCE_MARGIN = 0.05
+"""How much nearer a NOT_EVIDENCE example must be than any area's to leave a memory out (a gift "for her
+birthday" is still about the gift)."""
+GROUP_LEAN = -0.03
+"""A theme's typical (median) member must be nearer to an everyday area than to a NOT_EVIDENCE kind by
+this much: a group of memories that each only half describe something done is an outlook, not a pattern."""
+_NOT_EVIDENCE_TEXTS: tuple[str, ...] = tuple(p for ps in NOT_EVIDENCE.values() for p in ps)
 
 @dataclass(frozen=True)
 class Theme:
@@ -261,12 +329,15 @@ class Theme:
     user_id: str
     memory_ids: tuple[str, ...]
     label: str
+    """The content words the members share, most shared first (a hint for a pattern writer)."""
     text: str
     pattern_id: str
     key: str = ""
-    """The theme's stable identity (its domain), from which `pattern_id` is derived."""
+    """The theme's stable identity (its earliest evidence), from which `pattern_id` is derived."""
     typical: tuple[str, ...] = ()
     """The members' texts, most typical of the theme first: what a pattern writer words it from."""
+    person: str = "User"
+    """The person as the sources name them ("User" when they use no name)."""
 
 
 # --- gates --------------------------------------------------------------------------------------
@@ -312,47 +383,121 @@ def is_due(enabled: bool, n_eligible: int, last_run: str | None, now: str, caden
     return parse_time(now) - parse_time(last_run) >= timedelta(days=cadence_days)
 
 
-# --- topic profiles -----------------------------------------------------------------------------
+# --- content words and the person's name ---------------------------------------------------------
 
-_PROMPTS: tuple[str, ...] = tuple(p for k in DOMAIN_KEYS for p in DOMAINS[k][1])
-_PROMPT_OWNER = np.array([i for i, k in enumerate(DOMAIN_KEYS) for _ in DOMAINS[k][1]])
-_prompt_cache: dict[tuple[object, object], tuple[object, np.ndarray]] = {}
+_STOP = frozenset((
+    "a", "about", "above", "after", "again", "against", "all", "also", "am", "an", "and", "any", "are", "aren't",
+    "as", "at", "be", "because", "been", "before", "being", "below", "between", "both", "but", "by", "can", "could",
+    "did", "do", "does", "doing", "done", "down", "during", "each", "even", "ever", "every", "few", "for", "from",
+    "further", "had", "has", "have", "having", "he", "her", "here", "hers", "herself", "him", "himself", "his",
+    "how", "i", "if", "in", "into", "is", "it", "its", "itself", "just", "let", "me", "more", "most", "much", "my",
+    "myself", "no", "nor", "not", "now", "of", "off", "on", "once", "one", "only", "or", "other", "our", "ours",
+    "out", "over", "own", "same", "she", "should", "so", "some", "such", "than", "that", "the", "their", "theirs",
+    "them", "themselves", "then", "there", "these", "they", "this", "those", "through", "to", "too", "under",
+    "until", "up", "upon", "us", "very", "was", "we", "were", "what", "when", "where", "which", "while", "who",
+    "whom", "why", "will", "with", "would", "you", "your", "yours", "yourself", "still", "really", "quite",
+    "always", "often", "usually", "lately", "recently", "currently", "already", "soon", "yet", "back", "ago",
+    "since", "around", "lot", "lots", "way", "ways", "thing", "things", "something", "anything", "everything",
+    "someone", "anyone", "everyone", "people", "person", "user", "users", "i'm", "i've", "i'd", "i'll", "it's",
+    "that's", "like", "likes", "liked", "love", "loves", "loved", "enjoy", "enjoys", "enjoyed", "want", "wants",
+    "wanted", "feel", "feels", "felt", "think", "thinks", "thought", "believe", "believes", "believed", "find",
+    "finds", "found", "make", "makes", "made", "get", "gets", "got", "go", "goes", "went", "going", "gone", "take",
+    "takes", "took", "know", "knows", "knew", "see", "sees", "saw", "say", "says", "said", "tell", "tells", "told",
+    "keep", "keeps", "kept", "seem", "seems", "seemed", "try", "tries", "tried", "use", "uses", "used", "need",
+    "needs", "needed", "come", "comes", "came", "give", "gives", "gave", "look", "looks", "looked", "help", "helps",
+    "helped", "value", "values", "valued", "appreciate", "appreciates", "appreciated", "new", "good", "great",
+    "big", "little", "many", "well", "sure", "able", "last", "next", "first", "time", "times", "day", "days",
+    "week", "weeks", "month", "months", "year", "years", "today", "tonight", "yesterday", "tomorrow", "may",
+    "might", "must", "shall", "via", "per", "etc", "e.g", "i.e", "important", "importance", "positive", "negative",
+    "tough", "hard", "moment", "moments", "special", "amazing", "awesome", "happy", "joy", "inspiring", "inspired",
+    "motivated", "motivation", "motivating", "passion", "passionate", "rewarding", "difference", "impact", "life",
+    "world", "together", "others", "feeling", "feelings", "excited", "exciting", "proud", "grateful", "encourage",
+    "encourages", "encouraged", "support", "supports", "supported", "supportive", "best", "better", "fun", "nice",
+    "cool", "kind", "stuff", "part",
+))
+"""Function words, the generic verbs, adjectives and time words every kind of memory uses, and the
+evaluative words of feelings and values: none of them is concrete content two memories can share."""
+
+_TOKEN = re.compile(r"[A-Za-z][A-Za-z0-9'’\-]*[A-Za-z0-9]|[A-Za-z]|\d+(?:[.,]\d+)?")
+_LEAD = re.compile(r"\s*([A-Za-z][a-z]+(?:-[A-Za-z][a-z]+)?)('s|’s)?\b")
+_NOT_NAMES = frozenset(_STOP | {"user", "the", "my", "our", "goal", "new", "old", "about", "after",
+                                "before", "when", "while", "since", "during", "every", "each"})
 
 
-def _embed_key(embed: Embed) -> tuple[object, object]:
-    # A bound method is a fresh object on every attribute access; key on its instance and function.
-    return (getattr(embed, "__self__", None), getattr(embed, "__func__", embed))
+def _stem(word: str) -> str:
+    """A light suffix stripper (photos -> photo, running -> run, dancing/dance -> danc): no dictionary."""
+    w = word.lower().replace("’", "'")
+    if w.endswith("'s"):
+        w = w[:-2]
+    for suffix, keep in (("ies", "y"), ("ing", ""), ("ed", ""), ("es", ""), ("s", "")):
+        if w.endswith(suffix) and len(w) - len(suffix) >= 3 and not (suffix == "s" and w.endswith(("ss", "us", "is"))):
+            if suffix == "es" and not w[:-2].endswith(("s", "x", "ch", "sh", "o")):
+                continue
+            w = w[: -len(suffix)] + keep
+            if suffix in ("ing", "ed") and len(w) > 3 and w[-1] == w[-2] and w[-1] not in "lsz":
+                w = w[:-1]
+            break
+    return w[:-1] if len(w) > 4 and w.endswith("e") else w
 
 
-def _domain_matrix(embed: Embed) -> np.ndarray:
-    """The taxonomy's example embeddings, computed once per embedding function (fixed text)."""
-    key = _embed_key(embed)
-    hit = _prompt_cache.get(key)
-    if hit is None:
-        vectors = _unit(np.asarray(embed(list(_PROMPTS)), dtype=np.float32))
-        hit = (embed, vectors)  # keep `embed` alive so the key's objects are never reused
-        _prompt_cache[key] = hit
-    return hit[1]
+def content_words(text: str, ignore: frozenset[str] = frozenset()) -> set[str]:
+    """The stems of a text's content words: no function or generic words, no `ignore` (the person's name)."""
+    out = set()
+    for tok in _TOKEN.findall(text):
+        low = tok.lower().replace("’", "'")
+        if low in _STOP or low in ignore or (low.endswith("'s") and low[:-2] in ignore):
+            continue
+        if len(low) < 2 and not low.isdigit():
+            continue
+        out.add(_stem(low))
+    return out
+
+
+def person_name(texts: Sequence[str]) -> str:
+    """The person as the sources name them: the most frequent leading name, or "User".
+
+    A text's first word counts as a name when it is no function word, generic word or verb form, and
+    it recurs (at least twice and in a sixth of the texts); when it also appears inside the texts it
+    must be capitalised there or followed by "'s" (lower-case notes: "priya keeps bees"). Sources in
+    the first person or saying "User" get "User".
+    """
+    counts: Counter[str] = Counter()
+    for t in texts:
+        m = _LEAD.match(t)
+        if not m:
+            continue
+        word = m.group(1)
+        low = word.lower()
+        if low in _NOT_NAMES or low in _VERBISH or low.endswith(("ed", "ing")) or (
+                low.endswith("s") and not m.group(2)):
+            continue
+        counts[low] += 1
+    if counts:
+        low, n = max(counts.items(), key=lambda kv: (kv[1], kv[0]))
+        if n >= 2 and n * 6 >= len(texts):
+            return low[:1].upper() + low[1:]
+    return "User"
+
+
+def _canonical(term_sets: list[set[str]]) -> list[set[str]]:
+    """Joins stems where one is a prefix of the other (photo, photograph; garden, gardener): 5+ letters."""
+    vocab = sorted({t for s in term_sets for t in s}, key=lambda t: (len(t), t))
+    mapping: dict[str, str] = {}
+    roots: list[str] = []
+    for t in vocab:
+        root = next((r for r in roots if t.startswith(r)), None) if len(t) >= 5 else None
+        mapping[t] = root or t
+        if root is None and len(t) >= 5 and not t.isdigit():
+            roots.append(t)
+    return [{mapping[t] for t in s} for s in term_sets]
+
+
+# --- themes -------------------------------------------------------------------------------------
 
 
 def _unit(a: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(a, axis=-1, keepdims=True)
     return np.asarray(a / np.where(norms == 0, 1.0, norms), dtype=np.float32)
-
-
-def domain_scores(vectors: np.ndarray, embed: Embed) -> np.ndarray:
-    """(n, domains): each memory's mean cosine to each domain's example statements."""
-    sims = vectors @ _domain_matrix(embed).T
-    counts = np.bincount(_PROMPT_OWNER, minlength=len(DOMAIN_KEYS))
-    sums = np.zeros((len(vectors), len(DOMAIN_KEYS)), dtype=np.float64)
-    np.add.at(sums.T, _PROMPT_OWNER, sims.T)
-    return sums / counts
-
-
-def topic_profiles(scores: np.ndarray) -> np.ndarray:
-    """Unit-length softmax of domain scores: memories on one topic point the same way, whatever words."""
-    weights = np.exp((scores - scores.max(axis=1, keepdims=True)) / TEMPERATURE)
-    return _unit(weights / weights.sum(axis=1, keepdims=True))
 
 
 def _vectors(memories: Sequence[Memory], embed: Embed) -> np.ndarray:
@@ -363,45 +508,187 @@ def _vectors(memories: Sequence[Memory], embed: Embed) -> np.ndarray:
     return _unit(np.stack(rows))
 
 
-# --- themes -------------------------------------------------------------------------------------
-
-
-def cut_threshold(n: int) -> float:
-    """Minimum mean profile similarity of a group, stricter as the user has more memories."""
-    return min(CUT_MAX, CUT_BASE + CUT_SLOPE * max(0.0, math.log2(max(n, 1) / CUT_PIVOT)))
-
-
 def min_theme_size(n: int) -> int:
     """Members a theme needs: chance groups of 3 are common among many unrelated memories."""
     return max(MIN_THEME_SIZE, min(MAX_MIN_SIZE, round(n / SIZE_PER_THEME)))
 
 
-def pair_similarity(vectors: np.ndarray, embed: Embed) -> tuple[np.ndarray, np.ndarray]:
-    """(n, n) similarity used for grouping, and the (n, domains) scores used to name the groups.
+def term_weights(term_sets: Sequence[set[str]]) -> dict[str, float]:
+    """How specific each shared content word is for this user, in (0, 1]: rarer weighs more.
 
-    Embeddings are centred on the mean of the taxonomy examples before the cosine: that removes the
-    component every short memory sentence shares, so unrelated memories score near zero.
+    Words in one memory only link nothing; words in more than COMMON_DF of the user's memories are
+    their background (a partner's name, their job) and link nothing either.
     """
-    scores = domain_scores(vectors, embed)
-    profiles = topic_profiles(scores)
-    centred = _unit(vectors - _domain_matrix(embed).mean(axis=0))
-    sim = TOPIC_WEIGHT * (profiles @ profiles.T) + (1.0 - TOPIC_WEIGHT) * (centred @ centred.T)
-    return sim, scores
+    n = len(term_sets)
+    df = Counter(t for s in term_sets for t in s)
+    limit = max(BACKGROUND_MIN, COMMON_DF * n)
+    return {t: math.log(n / c) / math.log(max(n, 3)) for t, c in df.items() if 2 <= c <= limit}
 
 
-def _groups(sim: np.ndarray, threshold: float) -> list[list[int]]:
-    n = len(sim)
+_hint_cache: dict[tuple[object, ...], tuple[object, np.ndarray]] = {}
+_HINT_OWNER = np.array([i for i, k in enumerate(TOPIC_HINTS) for _ in TOPIC_HINTS[k]])
+
+
+def _embed_key(embed: Embed) -> tuple[object, object]:
+    # A bound method is a fresh object on every attribute access; key on its instance and function.
+    return (getattr(embed, "__self__", None), getattr(embed, "__func__", embed))
+
+
+def _hints(embed: Embed) -> np.ndarray:
+    """The hint examples' unit embeddings, computed once per embedding function (fixed text)."""
+    key = _embed_key(embed)
+    hit = _hint_cache.get(key)
+    if hit is None:
+        hit = (embed, _unit(np.asarray(embed(list(BACKGROUND)), dtype=np.float32)))
+        _hint_cache[key] = hit  # keep `embed` alive so the key's objects are never reused
+    return hit[1]
+
+
+def _embedded(embed: Embed, texts: tuple[str, ...]) -> np.ndarray:
+    """Unit embeddings of fixed example texts, computed once per embedding function."""
+    key = (*_embed_key(embed), texts)
+    hit = _hint_cache.get(key)
+    if hit is None:
+        hit = (embed, _unit(np.asarray(embed(list(texts)), dtype=np.float32)))
+        _hint_cache[key] = hit
+    return hit[1]
+
+
+def concrete(vectors: np.ndarray, embed: Embed) -> np.ndarray:
+    """(n,) bool: the memory's nearest example is an everyday area's, not a NOT_EVIDENCE kind's (profile, outlook)."""
+    return np.asarray(not_evidence_lean(vectors, embed) < NOT_EVIDENCE_MARGIN)
+
+
+def not_evidence_lean(vectors: np.ndarray, embed: Embed) -> np.ndarray:
+    """(n,) how much nearer each memory's nearest NOT_EVIDENCE example is than its nearest area example."""
+    topic = (vectors @ _hints(embed).T).max(axis=1)
+    other = (vectors @ _embedded(embed, _NOT_EVIDENCE_TEXTS).T).max(axis=1)
+    return np.asarray(other - topic, dtype=np.float64)
+
+
+def topic_profiles(vectors: np.ndarray, embed: Embed) -> np.ndarray:
+    """Unit-length softmax over the hint areas of each memory's mean cosine to the area's examples."""
+    sims = vectors @ _hints(embed).T
+    counts = np.bincount(_HINT_OWNER, minlength=len(TOPIC_HINTS))
+    sums = np.zeros((len(vectors), len(TOPIC_HINTS)), dtype=np.float64)
+    np.add.at(sums.T, _HINT_OWNER, sims.T)
+    scores = sums / counts
+    weights = np.exp((scores - scores.max(axis=1, keepdims=True)) / TEMPERATURE)
+    return _unit(weights / weights.sum(axis=1, keepdims=True))
+
+
+def content_affinity(vectors: np.ndarray, term_sets: Sequence[set[str]], centre: np.ndarray) -> np.ndarray:
+    """(n, n) what two memories have in common themselves: centred embedding cosine plus LEX_WEIGHT *
+    their shared specific words (capped at 1).
+
+    Centring on generic memory sentences removes what every memory sentence shares; then the user's
+    pair scores are shifted so their median pair scores like anyone's unrelated pair (PAIR_BASE): what
+    all of one person's memories share (their name, their way of speaking) links nothing.
+    """
+    n = len(vectors)
+    centred = _unit(vectors - centre)
+    sem = np.asarray(centred @ centred.T, dtype=np.float64)
+    if n > 2:
+        sem -= max(0.0, float(np.median(sem[np.triu_indices(n, 1)])) - PAIR_BASE)
+    weights = term_weights(term_sets)
+    lex = np.zeros((n, n), dtype=np.float64)
+    holders: dict[str, list[int]] = {}
+    for i, s in enumerate(term_sets):
+        for t in s:
+            if t in weights:
+                holders.setdefault(t, []).append(i)
+    for t, idx in holders.items():
+        lex[np.ix_(idx, idx)] += weights[t]
+    return sem + LEX_WEIGHT * np.minimum(lex, 1.0)
+
+
+def cut_threshold(n: int) -> float:
+    """Minimum mean affinity of a group, stricter as the user has more memories (more chance groups)."""
+    return min(CUT_MAX, CUT_BASE + CUT_SLOPE * max(0.0, math.log2(max(n, 1) / CUT_PIVOT)))
+
+
+def _clusters(aff: np.ndarray, threshold: float) -> list[list[int]]:
+    n = len(aff)
     if n < 2:
         return [list(range(n))]
-    dist = np.clip(1.0 - sim, 0.0, 2.0).astype(np.float64)
+    dist = np.clip(1.0 - aff, 0.0, 2.0)
     dist = (dist + dist.T) / 2
     np.fill_diagonal(dist, 0.0)
-    tree = linkage(squareform(dist, checks=False), method="average")
-    labels = fcluster(tree, t=1.0 - threshold, criterion="distance")
+    labels = fcluster(linkage(squareform(dist, checks=False), method="average"), t=1.0 - threshold,
+                      criterion="distance")
     groups: dict[int, list[int]] = {}
     for i, lab in enumerate(labels):
         groups.setdefault(int(lab), []).append(i)
     return list(groups.values())
+
+
+def dense_core(group: Sequence[int], linked: np.ndarray, aff: np.ndarray) -> list[int]:
+    """Drops the least connected member until each is linked to DENSITY of the others: no chains."""
+    g = list(group)
+    while len(g) > 2:
+        sub = aff[np.ix_(g, g)]
+        links = linked[np.ix_(g, g)].sum(axis=1) - 1
+        worst = min(range(len(g)), key=lambda i: (links[i], sub[i].sum(), g[i]))
+        if links[worst] >= DENSITY * (len(g) - 1):
+            break
+        g.pop(worst)
+    return g
+
+
+def trim_strays(group: Sequence[int], direct: np.ndarray) -> list[int]:
+    """Drops members whose own content is far from the rest of the group (a stray joined through one
+    neighbour or the topic area): each member's mean content affinity to the others must reach
+    STRAY_FRAC of the group's median member and STRAY_MIN."""
+    g = list(group)
+    while len(g) > 2:
+        sub = direct[np.ix_(g, g)]
+        own = (sub.sum(axis=1) - np.diag(sub)) / (len(g) - 1)
+        worst = int(np.argmin(own))
+        if own[worst] >= max(STRAY_MIN, STRAY_FRAC * float(np.median(own))):
+            break
+        g.pop(worst)
+    return g
+
+
+def shared_content(term_sets: Sequence[set[str]], weights: dict[str, float]) -> list[tuple[str, int]]:
+    """The specific content words the members share, with how many members say each, most shared first."""
+    counts = Counter(t for s in term_sets for t in s if t in weights)
+    return sorted(((t, c) for t, c in counts.items() if c >= 2), key=lambda tc: (-tc[1], -weights[tc[0]], tc[0]))
+
+
+def shares_content(group: Sequence[int], shared: Sequence[tuple[str, int]], direct: np.ndarray) -> bool:
+    """Whether a group's members share concrete content, not only a topic area.
+
+    Either one specific content word (an entity, activity, object) recurs in SHARED_MIN of them and
+    their own content is at least loosely related (COHESION_WITH_WORD), or their own content is close
+    on average (COHESION_MIN) where the wording differs ("prime lens", "RAW files in Lightroom").
+    """
+    k = len(group)
+    sub = direct[np.ix_(group, group)]
+    cohesion = float((sub.sum() - np.trace(sub)) / (k * (k - 1)))
+    top = shared[0][1] if shared else 0
+    word = top >= max(2, math.ceil(SHARED_MIN * k))
+    return cohesion >= COHESION_MIN or (word and cohesion >= COHESION_WITH_WORD)
+
+
+def _mean_cross(a: Sequence[int], b: Sequence[int], direct: np.ndarray) -> float:
+    if a is b:
+        sub = direct[np.ix_(a, a)]
+        return float((sub.sum() - np.trace(sub)) / max(1, len(a) * (len(a) - 1)))
+    return float(direct[np.ix_(a, b)].mean())
+
+
+def drop_overlapping(found: list[tuple[list[int], list[tuple[str, int]]]],
+                     direct: np.ndarray) -> list[tuple[list[int], list[tuple[str, int]]]]:
+    """Keeps one theme per thing: a theme whose members are, on average, nearly as close to a larger kept
+    theme's members (OVERLAP_FRAC of its own cohesion) is the same pursuit seen twice and is dropped."""
+    kept: list[tuple[list[int], list[tuple[str, int]]]] = []
+    for g, shared in found:  # largest first
+        own = _mean_cross(g, g, direct)
+        if any(_mean_cross(g, k, direct) >= OVERLAP_FRAC * own for k, _ in kept):
+            continue
+        kept.append((g, shared))
+    return kept
 
 
 def distinct_evidence(vectors: np.ndarray) -> int:
@@ -413,8 +700,9 @@ def distinct_evidence(vectors: np.ndarray) -> int:
 def find_themes(user_memories: Sequence[Memory], embed: Embed) -> list[Theme]:
     """Group one user's eligible memories into themes and write one pattern text per theme.
 
-    The caller passes memories already filtered by `eligible` (and gated by `is_due`). Extra
-    embeddings: the taxonomy once per embedding function, and only memories that lack a vector.
+    The caller passes memories already filtered by `eligible` (and gated by `is_due`). A group is kept
+    only when it is dense (every member linked to most others), large enough in distinct evidence, and
+    its members share at least one specific content word. Extra embeddings: only memories without a vector.
     """
     mems = sorted(user_memories, key=lambda m: m.memory_id)
     if len(mems) < MIN_THEME_SIZE:
@@ -423,57 +711,211 @@ def find_themes(user_memories: Sequence[Memory], embed: Embed) -> list[Theme]:
     if len(users) != 1:
         raise ValueError(f"find_themes takes one user's memories, got {sorted(users)}")
     user_id = users.pop()
+    person = person_name([m.text for m in mems])
+    n_known = len(mems)  # chance groups grow with everything known, profile facts included
+    lean_all = not_evidence_lean(_vectors(mems, embed), embed)
+    mems = [m for m, x in zip(mems, lean_all, strict=True) if x < NOT_EVIDENCE_MARGIN]
+    lean = lean_all[lean_all < NOT_EVIDENCE_MARGIN]
+    if len(mems) < MIN_THEME_SIZE:
+        return []
+    ignore = frozenset({person.lower(), "user"})
+    terms = _canonical([content_words(m.text, ignore) for m in mems])
+    weights = term_weights(terms)
     vectors = _vectors(mems, embed)
-    sim, scores = pair_similarity(vectors, embed)
-    n = len(mems)
-    need = min_theme_size(n)
-    groups = [g for g in _groups(sim, cut_threshold(n)) if len(g) >= need and distinct_evidence(vectors[g]) >= need]
-    # Largest, tightest first, so a contested domain key goes to the strongest group.
-    groups.sort(key=lambda g: (-len(g), min(mems[i].memory_id for i in g)))
+    direct = content_affinity(vectors, terms, _hints(embed).mean(axis=0))
+    profiles = topic_profiles(vectors, embed)
+    aff = TOPIC_WEIGHT * (profiles @ profiles.T) + (1.0 - TOPIC_WEIGHT) * direct
+    linked = (aff >= LINK_MIN) & (direct >= DIRECT_MIN)
+    np.fill_diagonal(linked, True)
+    need = min_theme_size(n_known)
+    found: list[tuple[list[int], list[tuple[str, int]]]] = []
+    for cluster in _clusters(aff, cut_threshold(n_known)):
+        g = sorted(trim_strays(dense_core(cluster, linked, aff), direct))
+        if len(g) < need or distinct_evidence(vectors[g]) < need:
+            continue
+        shared = shared_content([terms[i] for i in g], weights)
+        if not shares_content(g, shared, direct):
+            continue
+        if float(np.median(lean[g])) > GROUP_LEAN:
+            continue  # the typical member is a feeling, a profile fact or a reply to someone: no pursuit
+        found.append((g, shared))
+    found.sort(key=lambda gs: (-len(gs[0]), mems[gs[0][0]].memory_id))
+    found = drop_overlapping(found, direct)
     themes: list[Theme] = []
-    used: set[str] = set()
-    for g in groups:
+    for g, shared in found:
         members = [mems[i] for i in g]
-        mean_scores = scores[g].mean(axis=0)
-        ranking = [DOMAIN_KEYS[d] for d in np.argsort(-mean_scores, kind="stable")
-                   if mean_scores[d] >= LABEL_MIN_SCORE and DOMAIN_KEYS[d] not in used]
-        if ranking:
-            key, label = ranking[0], DOMAINS[ranking[0]][0]
-        else:  # the earliest evidence stays first as the theme grows (new evidence comes later)
-            key = "topic:" + min(members, key=lambda m: (m.created_at, m.memory_id)).memory_id
-            label = UNNAMED_LABEL
-        used.add(key)
-        centre = _unit(vectors[g].mean(axis=0))
-        typical = [members[i] for i in np.argsort(-(vectors[g] @ centre), kind="stable")]
+        sub = aff[np.ix_(g, g)]
+        order = np.argsort(-sub.sum(axis=1), kind="stable")
+        typical = [members[i] for i in order]
+        # The earliest evidence stays first as the theme grows (new evidence comes later).
+        key = "theme:" + min(members, key=lambda m: (m.created_at, m.memory_id)).memory_id
+        words = [t for t, _ in shared[:4]]
         themes.append(Theme(
             user_id=user_id,
             memory_ids=tuple(sorted(m.memory_id for m in members)),
-            label=label,
-            text=pattern_text(label, [m.text for m in typical]),
+            label=", ".join(words),
+            text=pattern_text(person, [m.text for m in typical], [t for t, _ in shared]),
             pattern_id=pattern_id(user_id, key),
             key=key,
             typical=tuple(m.text for m in typical),
+            person=person,
         ))
     return themes
 
 
-_SUBJECT = re.compile(r"^(the user's|the user|user's|user|i'm|i am|i've|i)\b\s*", re.IGNORECASE)
+# --- wording ------------------------------------------------------------------------------------
+
+_PAST = frozenset((
+    "ate", "began", "bought", "brought", "built", "came", "caught", "chose", "cut", "did", "drank", "drew", "drove",
+    "fell", "felt", "flew", "forgot", "found", "gave", "got", "grew", "had", "heard", "held", "hit", "hung", "kept",
+    "knew", "led", "left", "lent", "let", "lost", "made", "meant", "met", "paid", "put", "quit", "ran", "rang",
+    "read", "rode", "said", "sang", "sat", "saw", "sent", "set", "shot", "slept", "sold", "spent", "spoke", "stood",
+    "swam", "taught", "thought", "threw", "told", "took", "understood", "was", "went", "were", "woke", "won",
+    "wore", "wrote",
+))
+_VERBISH = _PAST | {"is", "has", "does", "can", "will", "would", "should", "must", "cannot", "can't",
+                    "doesn't", "isn't", "hasn't", "won't", "never", "often", "usually", "always", "still"}
+_NOT_VERBS = frozenset({"this", "its", "his", "hers", "ours", "yours", "theirs", "was", "has", "does", "as", "yes",
+                        "thus", "plus", "less", "unless", "always", "perhaps", "sometimes", "news", "series"})
+_ADVERBS = "never|always|often|usually|also|still|really|just|sometimes|rarely"
+_THIRD = {"am": "is", "'m": "is", "have": "has", "'ve": "has", "do": "does", "go": "goes", "don't": "doesn't",
+          "haven't": "hasn't", "am not": "is not"}
+_BOUNDARY = re.compile(
+    r"(?:,|;|:|\s[-–—]|\s\(|\s(?:because|since|which|who|whom|while|but|so that|in hopes?|in order to|"
+    r"although|though|thanks to|as it|as they|as she|as he|whereas))\s")
+_AND = re.compile(r"\s(?:and|as well as)\s")
 
 
-def _gist(text: str, limit: int = 60) -> str:
-    """A short example clause from a memory text (subject dropped), for the pattern's 'e.g.' part."""
-    t = _SUBJECT.sub("", text.strip()).rstrip(".!? ")
-    return t if len(t) <= limit else t[: limit - 1].rsplit(" ", 1)[0] + "…"
+def _third_person(verb: str) -> str:
+    """The verb after "I" as it reads after the person's name (keep -> keeps, have -> has, went -> went)."""
+    v = verb.lower()
+    if v in _THIRD:
+        return _THIRD[v]
+    if v in _VERBISH or v.endswith(("ed", "n't")):
+        return v
+    if v.endswith(("s", "x", "ch", "sh", "o", "z")):
+        return v + "es"
+    if len(v) > 2 and v.endswith("y") and v[-2] not in "aeiou":
+        return v[:-1] + "ies"
+    return v + "s"
 
 
-def pattern_text(label: str, typical_texts: Sequence[str]) -> str:
-    """One concise sentence, more general than any source: the domain, how much evidence, two examples."""
-    examples = "; ".join(_gist(t) for t in typical_texts[:2])
-    if label == UNNAMED_LABEL:
-        return (f"User keeps coming back to {label}, across {len(typical_texts)} related memories "
-                f"(e.g. {examples}).")
-    return (f"User has a recurring focus on {label}, across {len(typical_texts)} related memories "
-            f"(e.g. {examples}).")
+def _shorten(clause: str) -> str | None:
+    """The clause up to its first boundary (after 3 words); None when still longer than CLAUSE_WORDS words."""
+    words = clause.split()
+    for pattern in (_BOUNDARY, _AND):
+        if len(words) <= CLAUSE_WORDS and pattern is _AND:
+            break
+        for m in pattern.finditer(clause):
+            if len(clause[: m.start()].split()) >= 3:
+                clause = clause[: m.start()]
+                break
+        words = clause.split()
+    return clause.strip() if len(words) <= CLAUSE_WORDS else None
+
+
+def clause_of(text: str, person: str) -> tuple[str, str] | None:
+    """A member as ("vp", verb phrase of the person) or ("s", statement with its own subject), shortened.
+
+    "Gina runs a store", "User runs", "I run" and a bare "Runs" all give the verb phrase "runs ...";
+    "Gina's goal is ...", "My goal is ..." and other subjects stay statements. None when too long to
+    shorten without cutting a clause in the middle.
+    """
+    t = " ".join(text.split()).rstrip(".!?;:, ")
+    t = re.sub(r"\bmy\b", "their", t) if not re.match(r"(?i)my\b", t) else t
+    name = re.escape(person)
+    if m := re.match(rf"(?i)(?:the user|user|{name}|she|he)\s+(?!'s)(.+)$", t):
+        kind, body = "vp", m.group(1)
+    elif m := re.match(r"(?i)i(?:'m| am)\s+(.+)$", t):
+        kind, body = "vp", "is " + m.group(1)
+    elif m := re.match(r"(?i)i(?:'ve)\s+(.+)$", t):
+        kind, body = "vp", "has " + m.group(1)
+    elif m := re.match(rf"(?i)i\s+({_ADVERBS})\s+(\S+)(.*)$", t):
+        kind, body = "vp", f"{m.group(1).lower()} {_third_person(m.group(2))}{m.group(3)}"
+    elif m := re.match(r"(?i)i\s+(\S+)(.*)$", t):
+        kind, body = "vp", _third_person(m.group(1)) + m.group(2)
+    elif m := re.match(rf"(?i)(?:the user's|user's|{name}'s|{name}’s|my)\s+(.+)$", t):
+        kind, body = "s", f"{person}'s " + m.group(1)
+    else:
+        first = t.split()[0] if t.split() else ""
+        low = first.lower()
+        verbish = low in _VERBISH or low.endswith("ed") or (
+            low.endswith("s") and not low.endswith(("ss", "us", "is")) and low not in _NOT_VERBS)
+        if first[:1].isupper() and not first.isupper() and (verbish or low in _STOP or low in _NOT_NAMES):
+            t = low + t[len(first):]
+        kind, body = ("vp" if verbish else "s"), t
+    short = _shorten(body)
+    return (kind, short) if short else None
+
+
+def _words(s: str) -> int:
+    return len(s.split())
+
+
+def pattern_text(person: str, typical_texts: Sequence[str], shared: Sequence[str] = ()) -> str:
+    """One sentence about the person from the members' own clauses, at most MAX_WORDS words.
+
+    Clauses are chosen greedily for the content they add (the group's shared words count double), so
+    restatements are left out and the distinct details (what, how often, with what) come in; the
+    most shared content comes first. Extractive: it says nothing the members do not.
+    """
+    shared_set = tuple(shared)
+    cands: list[tuple[int, str, str, set[str]]] = []
+    ignore = frozenset({person.lower(), "user"})
+    for i, text in enumerate(typical_texts):
+        c = clause_of(text, person)
+        if c:
+            cands.append((i, c[0], c[1], content_words(c[1], ignore)))
+    # A clause about someone else ("admires Sam's patience") says little about the person: used only
+    # when nothing else is left.
+    own = [c for c in cands if not _about_other(c[2], person)]
+    cands = own or cands
+    covered: set[str] = set()
+    chosen: list[tuple[str, str]] = []
+    used = _words(person) + 1
+    while True:
+        best: tuple[float, str, str, set[str]] | None = None
+        for rank, (_i, kind, clause, terms) in enumerate(cands):
+            if (kind, clause) in chosen or used + _words(clause) + 1 > MAX_WORDS:
+                continue
+            if shared_set and not any(t.startswith(shared_set) for t in terms):
+                continue  # a member's clause must carry the group's shared content
+            new = [t for t in terms if t not in covered]
+            score = sum(3.0 if t.startswith(shared_set) else 1.0 for t in new) - 0.5 * rank / max(1, len(cands))
+            if new and (best is None or score > best[0]):
+                best = (score, kind, clause, terms)
+        if best is None:
+            break
+        chosen.append((best[1], best[2]))
+        covered |= best[3]
+        used += _words(best[2]) + 1
+    if not chosen:  # nothing short enough: the most typical member, cut to the word budget
+        first = typical_texts[0].split() if typical_texts else []
+        return " ".join(first[:MAX_WORDS]).rstrip(".!?;:, ") + "."
+    vps = [c for k, c in chosen if k == "vp"]
+    rest = [c for k, c in chosen if k == "s"]
+    parts: list[str] = []
+    if vps:
+        listed = vps[0] if len(vps) == 1 else ", ".join(vps[:-1]) + (", and " if len(vps) > 2 else " and ") + vps[-1]
+        parts.append(f"{person} {listed}")
+    parts += rest
+    sentence = "; ".join(parts) if vps else f"{person}: " + "; ".join(parts)
+    sentence = _DOUBLED.sub(r"\1", sentence)
+    return sentence[0].upper() + sentence[1:] + "."
+
+
+_DOUBLED = re.compile(r"\b(\w+)(?:\s+\1\b)+", re.IGNORECASE)
+"""A word said twice in a row ("the the"), as joined or garbled clauses can leave it."""
+
+
+def _about_other(clause: str, person: str) -> bool:
+    """Whether a clause names another person's possession or quality ("admires Sam's patience")."""
+    for m in re.finditer(r"\b([A-Za-z][\w-]*)(?:'s|’s)\b", clause):
+        word = m.group(1)
+        if word.lower() != person.lower() and word[:1].isupper():
+            return True
+    return False
+
 
 
 # --- identity -----------------------------------------------------------------------------------

@@ -8,7 +8,8 @@ would. Synthetic cases (labelled: ../shared/bench/dev and the project's own benc
 scored by `score.py`; real cases (../shared/bench/real/locomo and msc, unlabelled) are measured by
 `audit.py` with the project's committed verdicts (bench/audits/real-<case>.jsonl): precision over
 judged decisions, how many are still unjudged, recall against the hand-found truths. Abstentions
-(review items) are counted from the replay. `--synthesis` also runs synthesis on the dev case.
+(review items) are counted from the replay. `--synthesis` also runs synthesis on every synthetic case
+that has themes (theme recall and pattern precision per case) and on locomo (its patterns audited).
 """
 
 from __future__ import annotations
@@ -74,14 +75,15 @@ def main() -> int:
         if name not in want or not (case / "events.jsonl").exists():
             continue
         print(f"replaying {name} ...", file=sys.stderr, flush=True)
-        state, counts = replay(name, case, a.synthesis and name == "dev")
+        themed = (case / "themes.jsonl").exists() and (case / "themes.jsonl").stat().st_size > 0
+        state, counts = replay(name, case, a.synthesis and themed)
         scores = run_json([sys.executable, str(SHARED / "score.py"), str(case), str(state), "--json"])
-        result["synthetic"][name] = {**scores, "decisions": counts}
+        result["synthetic"][name] = {**scores, "decisions": counts, "synthesis": a.synthesis and themed}
     for name, case in REAL.items():
         if name not in want or not (case / "events.jsonl").exists():
             continue
         print(f"replaying {name} ...", file=sys.stderr, flush=True)
-        state, counts = replay(name, case, False)
+        state, counts = replay(name, case, a.synthesis and name == "locomo")
         judged = REPO / "bench" / "audits" / f"real-{name}.jsonl"
         cmd = [sys.executable, str(SHARED / "real" / "audit.py"), str(case), str(state), "--json"]
         audit = run_json(cmd + (["--judged", str(judged)] if judged.exists() else []))
@@ -96,13 +98,17 @@ def main() -> int:
                   s["cross_user_links"], s["decisions"].get("review", 0)] for n, s in syn.items()],
                 ["case", "sup P", "sup R", "sup F1", "false sup", "merge P", "merge R", "merge F1", "canonical",
                  "cross-user", "reviews"]))
-    if "dev" in syn and a.synthesis:
-        dev = syn["dev"]
-        print(f"dev synthesis: theme recall {dev['theme_recall']}, pattern precision {dev['pattern_precision']}")
+    if a.synthesis:
+        for n, s in syn.items():
+            if s["synthesis"]:
+                print(f"{n} synthesis: {s['patterns']} patterns, theme recall {s['theme_recall']}, "
+                      f"pattern precision {s['pattern_precision']}")
     print("\nReal cases (audit.py with bench/audits/real-<case>.jsonl)")
     rows = []
     for n, r in result["real"].items():
-        for action in ("supersede", "merge"):
+        for action in ("supersede", "merge", "pattern"):
+            if action not in r:
+                continue
             s = r[action]
             rows.append([n, action, s["decisions"], s["per_1000_memories"], s["judged"], s["correct"],
                          s["incorrect"], s["borderline"], s["precision"], s["decisions"] - s["judged"]])

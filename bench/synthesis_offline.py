@@ -28,7 +28,9 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from dreamstream.agents import synthesis  # noqa: E402
-from dreamstream.schemas.memory import Memory  # noqa: E402
+from dreamstream.schemas.memory import (
+    Memory,  # noqa: E402
+    )
 
 REPO = Path(__file__).resolve().parent.parent
 CACHE = REPO / ".cache" / "bench"
@@ -119,7 +121,7 @@ def scheduled(mems: list[Memory], embed: Model) -> list[Memory]:
     for m in ordered:
         run(m.created_at, False)
     if ordered:
-        last = synthesis._ts(ordered[-1].created_at) + timedelta(seconds=1)
+        last = synthesis.parse_time(ordered[-1].created_at) + timedelta(seconds=1)
         run(last.isoformat().replace("+00:00", "Z"), True)
     return sorted(patterns.values(), key=lambda p: p.memory_id)
 
