@@ -208,7 +208,7 @@ class TimedStore:
     def nearest_many(
         self, vectors: Sequence[np.ndarray], wheres: Sequence[Where], limit: int, with_vectors: bool = False
     ) -> list[list[tuple[Memory, float]]]:
-        with self._timed("query_batch"):
+        with self._timed("search"):  # a batch of candidate searches, one call
             return self.inner.nearest_many(vectors, wheres, limit, with_vectors)
 
     def retrieve(self, memory_ids: Sequence[str], with_vectors: bool = False) -> dict[str, Memory]:
