@@ -141,6 +141,10 @@ def test_every_dashboard_panel_returns_data_from_a_worker_under_load(worker: Wor
     prom = Prometheus(tmp_path / "prometheus", f"127.0.0.1:{worker.port}")
     try:
         worker.start()
+        deadline = time.monotonic() + 20  # rate() needs a sample from before the load: one batch may take it all
+        while prom.value(f'sum(up{{job="{prom.job}"}})') != 1:
+            assert time.monotonic() < deadline, "prometheus never scraped the worker"
+            time.sleep(0.5)
         records = load()
         bad = [b"{not json", orjson.dumps({"type": "memory.added", "event_id": "x", "user_id": "u"})]
         asyncio.run(produce(worker.kafka, worker.topics["added"], records + bad))
