@@ -52,8 +52,14 @@ def graph_path(model_dir: str | os.PathLike[str], quantized: bool = True) -> Pat
     model_dir = Path(model_dir)
     name = f"minilm-{_fingerprint(model_dir)}-{'int8' if quantized else 'fp32'}.onnx"
     path = model_cache_dir() / name
-    if not path.exists():
+    if path.exists():
+        return path
+    try:
         build(model_dir, path, quantized)
+    except OSError:  # no writable cache folder (a read-only home in a container): build where we may write
+        path = Path(tempfile.gettempdir()) / "dreamstream-models" / name
+        if not path.exists():
+            build(model_dir, path, quantized)
     return path
 
 
