@@ -249,6 +249,10 @@ class Precomputed:
     def encode_with_features(self, texts: Sequence[str]) -> tuple[np.ndarray, list[TokenFeatures]]:
         return self(texts), [self.vocab.features(t) for t in texts]
 
+    def features(self, texts: Sequence[str]) -> list[TokenFeatures]:
+        """Word features for an event that came with its embedding (the judge aligns words with them)."""
+        return [self.vocab.features(t) for t in texts]
+
 
 def pct(values: Sequence[float], q: float) -> float:
     return round(float(np.percentile(np.asarray(values) * 1000.0, q)), 3) if values else float("nan")
