@@ -817,8 +817,8 @@ def _shorten(clause: str) -> str | None:
 def clause_of(text: str, person: str) -> tuple[str, str] | None:
     """A member as ("vp", verb phrase of the person) or ("s", statement with its own subject), shortened.
 
-    "Gina runs a store", "User runs", "I run" and a bare "Runs" all give the verb phrase "runs ...";
-    "Gina's goal is ...", "My goal is ..." and other subjects stay statements. None when too long to
+    "Priya runs a bakery", "User runs", "I run" and a bare "Runs" all give the verb phrase "runs ...";
+    "Priya's goal is ...", "My goal is ..." and other subjects stay statements. None when too long to
     shorten without cutting a clause in the middle.
     """
     t = " ".join(text.split()).rstrip(".!?;:, ")
