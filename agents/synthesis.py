@@ -534,24 +534,19 @@ def _embed_key(embed: Embed) -> tuple[object, object]:
     return (getattr(embed, "__self__", None), getattr(embed, "__func__", embed))
 
 
-def _hints(embed: Embed) -> np.ndarray:
-    """The hint examples' unit embeddings, computed once per embedding function (fixed text)."""
-    key = _embed_key(embed)
-    hit = _hint_cache.get(key)
-    if hit is None:
-        hit = (embed, _unit(np.asarray(embed(list(BACKGROUND)), dtype=np.float32)))
-        _hint_cache[key] = hit  # keep `embed` alive so the key's objects are never reused
-    return hit[1]
-
-
 def _embedded(embed: Embed, texts: tuple[str, ...]) -> np.ndarray:
     """Unit embeddings of fixed example texts, computed once per embedding function."""
     key = (*_embed_key(embed), texts)
     hit = _hint_cache.get(key)
     if hit is None:
         hit = (embed, _unit(np.asarray(embed(list(texts)), dtype=np.float32)))
-        _hint_cache[key] = hit
+        _hint_cache[key] = hit  # keep `embed` alive so the key's objects are never reused
     return hit[1]
+
+
+def _hints(embed: Embed) -> np.ndarray:
+    """The hint areas' example embeddings (BACKGROUND, in TOPIC_HINTS order)."""
+    return _embedded(embed, BACKGROUND)
 
 
 def concrete(vectors: np.ndarray, embed: Embed) -> np.ndarray:
