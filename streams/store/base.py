@@ -61,6 +61,11 @@ def to_memory(payload: Mapping[str, Any] | None, vector: Any) -> Memory:
     return Memory.from_payload(dict(payload or {}), vector)
 
 
+def scored(points: Iterable[Any], with_vectors: bool) -> list[tuple[Memory, float]]:
+    """Search hits (either backend's scored points) as (memory, score)."""
+    return [(to_memory(p.payload, p.vector if with_vectors else None), float(p.score)) for p in points]
+
+
 class MemoryStore(Protocol):
     """What the pipeline, the reads and the CLI need from a backend."""
 

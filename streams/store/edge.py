@@ -25,6 +25,7 @@ from dreamstream.streams.store.base import (
     conditions,
     guarded,
     point_id,
+    scored,
     stored_payload,
     to_memory,
 )
@@ -98,8 +99,7 @@ class EdgeStore:
         self.shard.update(qe.UpdateOperation.upsert_points(points))
 
     def update(self, memory_id: str, fields: Mapping[str, Any]) -> None:
-        self._room()
-        self.shard.update(self._qe.UpdateOperation.set_payload([point_id(memory_id)], dict(fields)))
+        self.update_many([memory_id], fields)
 
     def update_many(self, memory_ids: Sequence[str], fields: Mapping[str, Any]) -> None:
         """The same fields on several memories, in one operation."""
@@ -127,8 +127,7 @@ class EdgeStore:
     def nearest(
         self, vector: np.ndarray, where: Where, limit: int, with_vectors: bool = False
     ) -> list[tuple[Memory, float]]:
-        hits = self.shard.query(self._query(vector, where, limit, with_vectors))
-        return [(to_memory(h.payload, h.vector if with_vectors else None), float(h.score)) for h in hits]
+        return scored(self.shard.query(self._query(vector, where, limit, with_vectors)), with_vectors)
 
     def nearest_many(
         self, vectors: Sequence[np.ndarray], wheres: Sequence[Where], limit: int, with_vectors: bool = False
@@ -138,8 +137,7 @@ class EdgeStore:
             return []
         requests = [self._query(v, w, limit, with_vectors) for v, w in zip(vectors, wheres, strict=True)]
         results = self.shard.query_batch(self._qe.QueryBatchRequest(requests))
-        return [[(to_memory(h.payload, h.vector if with_vectors else None), float(h.score)) for h in hits]
-                for hits in results]
+        return [scored(hits, with_vectors) for hits in results]
 
     def scroll(self, where: Where | None = None, with_vectors: bool = False) -> Iterator[Memory]:
         qe = self._qe

@@ -18,6 +18,7 @@ from dreamstream.streams.store.base import (
     conditions,
     guarded,
     point_id,
+    scored,
     stored_payload,
     to_memory,
 )
@@ -71,7 +72,7 @@ class ServerStore:
         self.client.upsert(self.collection, points=points, wait=True)
 
     def update(self, memory_id: str, fields: Mapping[str, Any]) -> None:
-        self.client.set_payload(self.collection, payload=dict(fields), points=[point_id(memory_id)], wait=True)
+        self.update_many([memory_id], fields)
 
     def update_many(self, memory_ids: Sequence[str], fields: Mapping[str, Any]) -> None:
         if memory_ids:
@@ -94,9 +95,7 @@ class ServerStore:
             self.collection, query=np.asarray(vector, dtype=np.float32).tolist(),
             query_filter=self._filter(where), limit=limit, with_payload=True, with_vectors=with_vectors,
         )
-        return [
-            (to_memory(p.payload, p.vector if with_vectors else None), float(p.score)) for p in response.points
-        ]
+        return scored(response.points, with_vectors)
 
     def nearest_many(
         self, vectors: Sequence[np.ndarray], wheres: Sequence[Where], limit: int, with_vectors: bool = False
@@ -108,8 +107,7 @@ class ServerStore:
                                          limit=limit, with_payload=True, with_vector=with_vectors)
                     for v, w in zip(vectors, wheres, strict=True)]
         responses = self.client.query_batch_points(self.collection, requests=requests)
-        return [[(to_memory(p.payload, p.vector if with_vectors else None), float(p.score)) for p in r.points]
-                for r in responses]
+        return [scored(r.points, with_vectors) for r in responses]
 
     def scroll(self, where: Where | None = None, with_vectors: bool = False) -> Iterator[Memory]:
         offset = None
