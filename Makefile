@@ -6,7 +6,8 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install install-dev system-deps kafka-start kafka-stop demo test lint typecheck bench bench-quality fault-test clean
+.PHONY: install install-dev system-deps kafka-start kafka-stop demo test lint typecheck bench bench-quality fault-test \
+	train-judge clean
 
 DEV_STAMP := $(VENV)/.installed-dev
 
@@ -65,6 +66,11 @@ bench: install-dev kafka-start
 # Decision quality, synthetic and real, from one run (bench/quality.py; --json for machines).
 bench-quality: install-dev
 	$(PY) bench/quality.py --synthesis
+
+# The learned judge from the labelled corpus (bench/corpus): seeded, CPU only, a few minutes; writes
+# streams/core/models/judge.{onnx,json}. It never reads the sealed test split.
+train-judge: install-dev
+	$(PY) -m dreamstream.streams.dev.train_judge
 
 # The fault campaign on the local broker (bench/faults.py): SIGKILLs, each apply step, broker restarts,
 # a full disk and a read-only store, a CLI on the worker's store. About 15 minutes; prints one line each.

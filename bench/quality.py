@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """`make bench-quality`: decision quality on every case from one run, synthetic and real.
 
-    .venv/bin/python bench/quality.py [--json] [--only NAME ...] [--synthesis]
+    .venv/bin/python bench/quality.py [--json] [--only NAME ...] [--synthesis] [--judges learned offline]
 
 Each case is replayed with `dream replay` into a fresh embedded store and exported, as a user
 would. Synthetic cases (labelled: ../shared/bench/dev and the project's own bench/cases/*) are
@@ -10,6 +10,12 @@ scored by `score.py`; real cases (../shared/bench/real/locomo and msc, unlabelle
 judged decisions, how many are still unjudged, recall against the hand-found truths. Abstentions
 (review items) are counted from the replay. `--synthesis` also runs synthesis on every synthetic case
 that has themes (theme recall and pattern precision per case) and on locomo (its patterns audited).
+
+Judges are measured side by side (`--judges`, default: the learned judge and the rules alone): every
+case is replayed once per judge. The project's own corpus comes first: the sealed test split's
+labelled pairs (bench/corpus), each judged alone, precision and recall per action. On locomo the
+review items (abstentions) are audited too: `--todo-reviews FILE` writes the unjudged ones for a
+reader, and verdicts live in bench/audits/real-locomo-reviews.jsonl.
 """
 
 from __future__ import annotations
@@ -31,14 +37,15 @@ SYNTHETIC = {"dev": SHARED / "dev", **{p.name: p for p in sorted((REPO / "bench"
 REAL = {"locomo": SHARED / "real" / "locomo", "msc": SHARED / "real" / "msc"}
 
 
-def replay(name: str, case: Path, synthesis: bool) -> tuple[Path, dict[str, int]]:
-    """Replay and export one case; returns the export and the replay's decision counts."""
-    store, state = WORK / name / "store", WORK / name / "state.jsonl"
-    subprocess.run(["rm", "-rf", str(WORK / name)], check=True)
-    (WORK / name).mkdir(parents=True)
+def replay(name: str, case: Path, synthesis: bool, judge: str) -> tuple[Path, dict[str, int]]:
+    """Replay and export one case with one judge; returns the export and the replay's decision counts."""
+    work = WORK / judge / name
+    store, state = work / "store", work / "state.jsonl"
+    subprocess.run(["rm", "-rf", str(work)], check=True)
+    work.mkdir(parents=True)
     cmd = [str(BIN / "dream"), "replay", str(case / "events.jsonl"), "--store", str(store)]
     out = subprocess.run(cmd + (["--synthesis"] if synthesis else []), check=True, capture_output=True,
-                         text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}).stdout
+                         text=True, env={**os.environ, "HF_HUB_OFFLINE": "1", "DREAM_JUDGE": judge}).stdout
     subprocess.run([str(BIN / "dream"), "export", "--store", str(store), "--out", str(state)], check=True,
                    capture_output=True)
     m = re.search(r"^decisions: (.*)$", out, re.MULTILINE)
@@ -59,44 +66,122 @@ def table(rows: list[list[Any]], head: list[str]) -> str:
     return "\n".join(lines)
 
 
+def corpus_scores(judges: list[str], splits: tuple[str, ...] = ("test",)) -> dict[str, Any]:
+    """Each judge on the labelled pairs of the corpus's people in `splits` (the sealed test by default)."""
+    from dreamstream.agents.merge_supersede import OfflineJudge
+    from dreamstream.streams.core import judge_model
+    from dreamstream.streams.core.embedding import Embedder
+    from dreamstream.streams.dev import judge_corpus as jc
+
+    if not jc.LABELS.exists():
+        return {}
+    out: dict[str, Any] = {}
+    labels = jc.labelled_pairs()
+    people = {p["person"] for p in labels if p["split"] in splits}
+    rows = [r for r in jc.stream_rows() if r["person"] in people]
+    mems = jc.by_id(jc.memories(rows, Embedder()))
+    built = {"learned": lambda: judge_model.learned_judge(), "offline": lambda: OfflineJudge()}
+    for split in splits:
+        pairs = [p for p in labels if p["split"] == split]
+        out[split] = {j: jc.score_pairs(built[j](), pairs, mems) for j in judges if j in built}
+    return out
+
+
+def review_items(store: Path) -> list[dict[str, str]]:
+    """The review items (abstentions) a replay left, as audit keys: action review_merge / review_supersede."""
+    sys.path.insert(0, str(SHARED / "real"))
+    from audit import pair_key  # type: ignore[import-not-found]
+
+    from dreamstream.agents.consolidation import recorded_reviews
+    from dreamstream.streams.store import EdgeStore
+
+    st = EdgeStore(store)
+    try:
+        active = {m.memory_id: m for m in st.scroll({"status": "active"})}
+    finally:
+        st.close()
+    out = []
+    for newer, older, proposal, _ in recorded_reviews(active):
+        action = f"review_{proposal}"
+        out.append({"key": pair_key(action, newer.user_id, newer.text, older.text), "action": action,
+                    "user_id": newer.user_id, "newer": newer.text, "older": older.text})
+    return out
+
+
+def review_audit(items: list[dict[str, str]], verdict_file: Path) -> dict[str, Any]:
+    verdicts = {}
+    if verdict_file.exists():
+        verdicts = {v["key"]: v["verdict"] for v in map(json.loads, verdict_file.read_text().splitlines()) if v}
+    judged = [verdicts[i["key"]] for i in items if i["key"] in verdicts]
+    right = sum(v == "correct" for v in judged)
+    return {"items": len(items), "judged": len(judged), "correct": right,
+            "right": round(right / len(judged), 4) if judged else None}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="one JSON object instead of tables")
-    ap.add_argument("--only", nargs="*", help="case names to run (default: all)")
+    ap.add_argument("--only", nargs="*", help="case names to run (default: all, and the corpus)")
     ap.add_argument("--synthesis", action="store_true", help="also run synthesis on the dev case")
+    ap.add_argument("--judges", nargs="*", default=["learned", "offline"], help="judges to compare")
+    ap.add_argument("--todo-reviews", type=Path, help="write locomo's unjudged review items here (for a reader)")
     a = ap.parse_args()
     if not (SHARED / "score.py").exists():
         print(f"bench-quality: {SHARED} not found (the shared benchmark folder sits beside the checkout)",
               file=sys.stderr)
         return 2
-    want = set(a.only or [*SYNTHETIC, *REAL])
-    result: dict[str, Any] = {"synthetic": {}, "real": {}}
-    for name, case in SYNTHETIC.items():
-        if name not in want or not (case / "events.jsonl").exists():
-            continue
-        print(f"replaying {name} ...", file=sys.stderr, flush=True)
-        themed = (case / "themes.jsonl").exists() and (case / "themes.jsonl").stat().st_size > 0
-        state, counts = replay(name, case, a.synthesis and themed)
-        scores = run_json([sys.executable, str(SHARED / "score.py"), str(case), str(state), "--json"])
-        result["synthetic"][name] = {**scores, "decisions": counts, "synthesis": a.synthesis and themed}
-    for name, case in REAL.items():
-        if name not in want or not (case / "events.jsonl").exists():
-            continue
-        print(f"replaying {name} ...", file=sys.stderr, flush=True)
-        state, counts = replay(name, case, a.synthesis and name == "locomo")
-        judged = REPO / "bench" / "audits" / f"real-{name}.jsonl"
-        cmd = [sys.executable, str(SHARED / "real" / "audit.py"), str(case), str(state), "--json"]
-        audit = run_json(cmd + (["--judged", str(judged)] if judged.exists() else []))
-        result["real"][name] = {**audit, "decisions": counts}
+    want = set(a.only or [*SYNTHETIC, *REAL, "corpus"])
+    result: dict[str, Any] = {"corpus": {}, "synthetic": {}, "real": {}}
+    if "corpus" in want:
+        print("judging the corpus's sealed test pairs ...", file=sys.stderr, flush=True)
+        result["corpus"] = corpus_scores(a.judges)
+    for judge in a.judges:
+        for name, case in SYNTHETIC.items():
+            if name not in want or not (case / "events.jsonl").exists():
+                continue
+            print(f"replaying {name} ({judge}) ...", file=sys.stderr, flush=True)
+            themed = (case / "themes.jsonl").exists() and (case / "themes.jsonl").stat().st_size > 0
+            state, counts = replay(name, case, a.synthesis and themed, judge)
+            scores = run_json([sys.executable, str(SHARED / "score.py"), str(case), str(state), "--json"])
+            result["synthetic"][f"{name}/{judge}"] = {**scores, "decisions": counts,
+                                                       "synthesis": a.synthesis and themed}
+        for name, case in REAL.items():
+            if name not in want or not (case / "events.jsonl").exists():
+                continue
+            print(f"replaying {name} ({judge}) ...", file=sys.stderr, flush=True)
+            state, counts = replay(name, case, a.synthesis and name == "locomo", judge)
+            judged = REPO / "bench" / "audits" / f"real-{name}.jsonl"
+            cmd = [sys.executable, str(SHARED / "real" / "audit.py"), str(case), str(state), "--json"]
+            audit = run_json(cmd + (["--judged", str(judged)] if judged.exists() else []))
+            row = {**audit, "decisions": counts}
+            if name == "locomo":
+                items = review_items(state.parent / "store")
+                row["reviews"] = review_audit(items, REPO / "bench" / "audits" / "real-locomo-reviews.jsonl")
+                if a.todo_reviews:
+                    done = REPO / "bench" / "audits" / "real-locomo-reviews.jsonl"
+                    seen = {json.loads(x)["key"] for x in done.read_text().splitlines()} if done.exists() else set()
+                    with a.todo_reviews.open("a") as f:
+                        for it in items:
+                            if it["key"] not in seen:
+                                f.write(json.dumps({**it, "verdict": "", "reason": ""}) + "\n")
+            result["real"][f"{name}/{judge}"] = row
     if a.json:
         print(json.dumps(result))
         return 0
+    if result["corpus"]:
+        print("Sealed test split of the corpus (bench/corpus: labelled pairs, each judged alone)")
+        print(table([[f"{split}/{j}", s["pairs"], s["merges"], s["merge_precision"], s["restatement_recall"],
+                      s["supersedes"], s["supersede_precision"], s["update_recall"], s["reviews"], s["review_right"]]
+                     for split, by in result["corpus"].items() for j, s in by.items()],
+                    ["split/judge", "pairs", "merges", "merge P", "restatement R", "supersedes", "sup P",
+                     "update R", "reviews", "reviews right"]))
+        print()
     syn = result["synthetic"]
     print("Synthetic cases (labelled; score.py)")
     print(table([[n, s["supersede_precision"], s["supersede_recall"], s["supersede_f1"], s["false_supersede_rate"],
                   s["merge_precision"], s["merge_recall"], s["merge_f1"], s["canonical_accuracy"],
                   s["cross_user_links"], s["decisions"].get("review", 0)] for n, s in syn.items()],
-                ["case", "sup P", "sup R", "sup F1", "false sup", "merge P", "merge R", "merge F1", "canonical",
+                ["case/judge", "sup P", "sup R", "sup F1", "false sup", "merge P", "merge R", "merge F1", "canonical",
                  "cross-user", "reviews"]))
     if a.synthesis:
         for n, s in syn.items():
@@ -112,10 +197,13 @@ def main() -> int:
             s = r[action]
             rows.append([n, action, s["decisions"], s["per_1000_memories"], s["judged"], s["correct"],
                          s["incorrect"], s["borderline"], s["precision"], s["decisions"] - s["judged"]])
-    print(table(rows, ["case", "action", "decisions", "per 1,000", "judged", "correct", "incorrect", "borderline",
-                       "precision", "unjudged"]))
+    print(table(rows, ["case/judge", "action", "decisions", "per 1,000", "judged", "correct", "incorrect",
+                       "borderline", "precision", "unjudged"]))
     for n, r in result["real"].items():
         line = f"{n}: {r['decisions'].get('review', 0)} review items (abstentions)"
+        if "reviews" in r:
+            rv = r["reviews"]
+            line += f", {rv['judged']} judged, {rv['correct']} right"
         if "recall" in r:
             rc = r["recall"]
             line += (f"; recall: updates {rc['updates_caught']}/{rc['updates']}, restatement links "

@@ -27,6 +27,7 @@ MAX_EVENT_BYTES = 64 * 1024
 REASONS = (
     "undecodable", "invalid_json", "not_an_object", "unknown_type", "missing_field", "bad_field",
     "empty_text", "oversize", "duplicate_event_id", "memory_id_conflict", "key_mismatch", "processing_error",
+    "null_value",
 )
 
 
@@ -55,10 +56,15 @@ def normalise_time(value: Any, field: str) -> str:
     return text + "Z"
 
 
-def decode(raw: bytes | str | dict[str, Any]) -> dict[str, Any]:
-    """Bytes to a JSON object, or InvalidEvent."""
+def decode(raw: bytes | str | dict[str, Any] | None) -> dict[str, Any]:
+    """Bytes to a JSON object, or InvalidEvent (a null record value, a tombstone, included: it is bad
+    input to dead-letter, never a store fault to retry)."""
     if isinstance(raw, dict):
         return raw
+    if raw is None:
+        raise InvalidEvent("null_value", "the record has no value (null)")
+    if not isinstance(raw, bytes | str):
+        raise InvalidEvent("not_an_object", f"expected bytes, got {type(raw).__name__}")
     if isinstance(raw, str):
         raw = raw.encode("utf-8", "surrogateescape")
     if len(raw) > MAX_EVENT_BYTES:
@@ -125,7 +131,7 @@ def check_against_schema(schema: str, obj: dict[str, Any]) -> None:
     raise InvalidEvent("bad_field", message)
 
 
-def parse_memory_event(raw: bytes | str | dict[str, Any]) -> MemoryAdded:
+def parse_memory_event(raw: bytes | str | dict[str, Any] | None) -> MemoryAdded:
     """Validate a `memory.added` (or synthesis `pattern.added`) event into a MemoryAdded.
 
     The shape is the JSON Schema's; what follows are the checks a schema cannot express."""

@@ -210,8 +210,9 @@ class Settings(_EnvSettings):
     (int8 weights: faster, slightly lower merge recall) or `torch` (sentence-transformers; the `torch` extra)."""
     embed_threads: int = Field(default=0, ge=0, validation_alias="DREAM_EMBED_THREADS")
     """Threads the model may use; 0 = one per core."""
-    judge: str = Field(default="offline", validation_alias="DREAM_JUDGE")
-    """Merge/supersede judge: `offline` (default), `nli` (DREAM_NLI_MODEL) or `llm` (DREAM_LLM_*)."""
+    judge: str = Field(default="learned", validation_alias="DREAM_JUDGE")
+    """Merge/supersede judge: `learned` (default: the model distilled from bench/corpus), `offline` (the
+    rules alone), `nli` (DREAM_NLI_MODEL) or `llm` (DREAM_LLM_*)."""
     nli_model: OptStr = Field(default=None, validation_alias="DREAM_NLI_MODEL")
     llm_url: OptStr = Field(default=None, validation_alias="DREAM_LLM_URL")
     llm_model: OptStr = Field(default=None, validation_alias="DREAM_LLM_MODEL")

@@ -42,7 +42,7 @@ class Incoming:
     """One raw record and where it came from (for the dead-letter record); `key` is its Kafka key
     (None outside Kafka: a file replay)."""
 
-    raw: bytes | str | dict[str, Any]
+    raw: bytes | str | dict[str, Any] | None
     topic: str | None = None
     partition: int | None = None
     offset: int | None = None
@@ -298,6 +298,10 @@ class Processor:
                     continue
             stored = existing.get(event.memory_id)
             if event.kind == "pattern":
+                problem = self._pattern_problem(event, stored)
+                if problem:
+                    self._dead(result, item, *problem)
+                    continue
                 fresh.append((item, event))  # a pattern may be rewritten with more evidence
             elif stored is not None or event.memory_id in seen_memories:
                 known = stored.text if stored is not None else seen_memories[event.memory_id]
@@ -312,6 +316,19 @@ class Processor:
             seen_events[event.event_id] = event
             seen_memories[event.memory_id] = event.text
         return fresh
+
+    def _pattern_problem(self, event: MemoryAdded, stored: Memory | None) -> tuple[str, str] | None:
+        """A pattern may only rewrite a pattern of the same user, from evidence of that user: a forged
+        one must not replace another memory (or another user's) nor point at memories that are not there."""
+        if stored is not None and (stored.kind != "pattern" or stored.user_id != event.user_id):
+            return "memory_id_conflict", f"memory_id {event.memory_id} is another memory; a pattern cannot replace it"
+        if not event.sources:
+            return "bad_field", "a pattern needs its sources (the memories it was synthesized from)"
+        found = self.store.retrieve(list(dict.fromkeys(event.sources)))
+        foreign = [s for s in event.sources if s not in found or found[s].user_id != event.user_id]
+        if foreign:
+            return "bad_field", f"pattern sources not stored for user {event.user_id}: {', '.join(foreign[:3])}"
+        return None
 
     def _redelivered(self, stored: Memory | None, result: BatchResult) -> None:
         """An event stored before: finish what a crash left half-done, and hand back its unsent events."""

@@ -15,11 +15,12 @@ from dreamstream.agents.merge_supersede import FeaturesOf, Judge, OfflineJudge
 from dreamstream.agents.nli_judge import NLIJudge
 from dreamstream.agents.pattern_writer import LLMPatternWriter
 from dreamstream.schemas.errors import ConfigError
+from dreamstream.streams.core import judge_model
 from dreamstream.streams.core.embedding import shared_embedder
 from dreamstream.streams.core.llm_client import ChatEndpoint
 from dreamstream.streams.settings import Settings
 
-JUDGES = ("offline", "nli", "llm")
+JUDGES = ("learned", "offline", "nli", "llm")
 TEXT_WRITERS = ("offline", "llm")
 
 
@@ -66,13 +67,15 @@ def featurizer() -> FeaturesOf:
 
 
 def judge_from_settings(s: Settings) -> Judge:
-    """The configured judge (offline unless DREAM_JUDGE says otherwise), built once per configuration."""
+    """The configured judge (the learned one unless DREAM_JUDGE says otherwise), built once per configuration."""
     check_settings(s)
     name = s.judge.strip().lower()
     key = (name, s.nli_model, s.llm_url, s.llm_model, s.llm_api_key, s.llm_timeout)
     if key not in _built:
         offline = OfflineJudge(featurize=featurizer())
-        if name == "offline":
+        if name == "learned":
+            _built[key] = judge_model.learned_judge(featurizer())
+        elif name == "offline":
             _built[key] = offline
         elif name == "nli":
             try:

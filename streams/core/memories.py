@@ -25,6 +25,8 @@ def new_event(body: Any) -> dict[str, Any]:
     `memory_id` and `created_at` get fresh values when absent. Raises InvalidEvent (a 400)."""
     if not isinstance(body, dict):
         raise InvalidEvent("not_an_object", "the body must be a JSON object (a list for several)")
+    if body.get("type", MEMORY_ADDED) != MEMORY_ADDED:
+        raise InvalidEvent("unknown_type", "only memories can be added over HTTP (patterns are the worker's own)")
     event = {"type": MEMORY_ADDED, "created_at": now_iso(), **body}
     token = uuid.uuid4().hex[:16]
     event.setdefault("event_id", f"e-{token}")

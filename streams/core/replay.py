@@ -154,6 +154,8 @@ def _scan(path: Path) -> tuple[str | None, set[str | None]]:
 
 def _event_time(item: Incoming) -> str | None:
     try:
+        if item.raw is None:
+            return None
         obj = orjson.loads(item.raw) if not isinstance(item.raw, dict) else item.raw
         return normalise_time(obj.get("created_at"), "created_at")
     except (orjson.JSONDecodeError, InvalidEvent, AttributeError, TypeError):

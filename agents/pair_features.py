@@ -1,0 +1,120 @@
+"""What the learned judge sees of one (newer, older) pair of a user's memories: one float vector.
+
+Pure: built from what every stored memory already carries (its sentence vector, its word features,
+its text and time), so judging embeds nothing. Three parts, in this order:
+- the two sentence vectors compared: element-wise product, absolute and signed difference (what
+  MiniLM knows of topic and wording, which the head learns to read);
+- word alignment both ways (`alignment.coverage`): how much of each statement the other says;
+- evidence the vectors cannot carry: time apart and whether it is one conversation, names and
+  numbers one side has and the other lacks, negation, and the rule judge's reading of the pair
+  (kept as evidence for the model, not as a veto).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from dreamstream.agents import alignment as al
+from dreamstream.agents import text_features as tf
+from dreamstream.agents import update_cues as uc
+from dreamstream.schemas.memory import EMBEDDING_DIM, Memory, parse_time
+
+RULE_RELATIONS = ("same", "replaces", "unrelated", "review_same", "review_replaces")
+
+SCALAR_NAMES: tuple[str, ...] = (
+    "cos", "exact_text",
+    "old_in_new_full", "old_in_new_missing_frac", "old_in_new_weakest", "old_in_new_mean",
+    "new_in_old_full", "new_in_old_missing_frac", "new_in_old_weakest", "new_in_old_mean",
+    "log_words_new", "log_words_old", "words_ratio",
+    "names_new_only", "names_old_only", "numbers_new_only", "numbers_old_only",
+    "neg_new", "neg_old", "change_new", "change_old", "additive_new",
+    "end_new", "plan_new", "plan_old", "done_new", "future_new", "past_new",
+    "third_new", "third_old", "third_differs",
+    "same_session", "log_days_apart", "older_first",
+    *(f"rule_{r}" for r in RULE_RELATIONS),
+)
+N_DENSE = 3 * EMBEDDING_DIM
+N_FEATURES = N_DENSE + len(SCALAR_NAMES)
+
+SESSION_GAP_S = 3600.0
+
+
+def _vec(m: Memory) -> np.ndarray:
+    if m.vector is None:
+        return np.zeros(EMBEDDING_DIM, np.float32)
+    return np.asarray(m.vector, np.float32)
+
+
+def _days_apart(new: Memory, old: Memory) -> float | None:
+    try:
+        return (parse_time(new.created_at) - parse_time(old.created_at)).total_seconds() / 86400.0
+    except ValueError:
+        return None
+
+
+def one_session(new: Memory, old: Memory) -> bool:
+    """One conversation: the same run id, or (without run ids) created within an hour."""
+    if new.run_id and old.run_id:
+        return new.run_id == old.run_id
+    if new.run_id or old.run_id:
+        return False
+    days = _days_apart(new, old)
+    return days is None or abs(days) * 86400.0 < SESSION_GAP_S
+
+
+def _align(other: al.TokenFeatures | None, kept: al.TokenFeatures | None) -> tuple[float, float, float, float]:
+    """(full, fraction of other's words missing in kept, weakest match, mean best match)."""
+    if other is None or kept is None or not other.words:
+        return 0.0, 1.0, 0.0, 0.0
+    cov = al.coverage(other, kept)
+    if len(kept.words):
+        best = (other.vecs @ kept.vecs.T).max(axis=1)
+        mean = float(np.clip(best, 0.0, 1.0).mean())
+    else:
+        mean = 0.0
+    missing = len(cov.missing) / max(cov.required, 1)
+    return float(cov.full), float(missing), float(max(cov.weakest, 0.0)), mean
+
+
+def scalars(new: Memory, old: Memory, fn: al.TokenFeatures | None, fo: al.TokenFeatures | None,
+            rule: str) -> list[float]:
+    """The evidence part, in `SCALAR_NAMES` order; `rule` is the rule judge's relation for the pair."""
+    cos = float(np.dot(_vec(new), _vec(old)))
+    nt, ot = new.text, old.text
+    exact = float(" ".join(tf.words(nt)) == " ".join(tf.words(ot)))
+    wn, wo = len(tf.words(nt)), len(tf.words(ot))
+    names_n, names_o = tf._names(nt), tf._names(ot)
+    nums_n, nums_o = tf.numbers(nt), tf.numbers(ot)
+    tp_n, tp_o = tf.third_parties(nt), tf.third_parties(ot)
+    days = _days_apart(new, old)
+    return [
+        cos, exact,
+        *_align(fo, fn), *_align(fn, fo),
+        math.log1p(wn), math.log1p(wo), (wn + 1) / (wo + 1),
+        float(len(names_n - names_o)), float(len(names_o - names_n)),
+        float(len(nums_n - nums_o)), float(len(nums_o - nums_n)),
+        float(tf.has_negation(nt)), float(tf.has_negation(ot)),
+        float(tf.has_change_cue(nt, ot)), float(tf.has_change_cue(ot, nt)), float(tf.has_additive_cue(nt)),
+        float(bool(uc.endings(nt))), float(uc.plan(nt) is not None), float(uc.plan(ot) is not None),
+        float(uc.reports_done(nt)), float(uc.future(nt)), float(uc.about_the_past(nt)),
+        float(bool(tp_n)), float(bool(tp_o)), float(tp_n != tp_o),
+        float(one_session(new, old)), math.log1p(abs(days)) if days is not None else 0.0,
+        float(days is None or days >= 0),
+        *(float(rule == r) for r in RULE_RELATIONS),
+    ]
+
+
+def pair_vector(new: Memory, old: Memory, fn: al.TokenFeatures | None, fo: al.TokenFeatures | None,
+                rule: str) -> np.ndarray:
+    """The whole feature vector of one pair (`N_FEATURES` floats)."""
+    u, v = _vec(new), _vec(old)
+    dense = np.concatenate([u * v * 8.0, np.abs(u - v) * 4.0, (u - v) * 4.0])
+    return np.concatenate([dense, np.asarray(scalars(new, old, fn, fo, rule), np.float32)]).astype(np.float32)
+
+
+def matrix(rows: Sequence[np.ndarray]) -> np.ndarray:
+    """Stack pair vectors (an empty batch keeps its width)."""
+    return np.stack(rows).astype(np.float32) if rows else np.zeros((0, N_FEATURES), np.float32)

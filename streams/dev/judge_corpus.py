@@ -1,0 +1,178 @@
+"""The project's labelled corpus (bench/corpus): memory streams written by helpers, the pairs the
+pipeline would nominate from them, their labels, and the split by person.
+
+Shared by the corpus tool (`bench/corpus/build.py`), the trainer (`make train-judge`) and the
+quality bench, so all three read the same memories, the same pairs and the same split.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from dreamstream.agents import alignment as al
+from dreamstream.schemas.memory import Memory
+
+ROOT = Path(__file__).resolve().parents[2] / "bench" / "corpus"
+STREAMS = ROOT / "streams"
+PAIRS = ROOT / "pairs.jsonl"
+LABELS = ROOT / "labels.jsonl"
+SPLITS = ("train", "calibration", "test")
+
+NOMINATE_K = 20
+"""Nearest earlier memories of the same person each memory is paired with (no similarity floor)."""
+
+LABELS_OK = ("same", "update", "both_hold", "unrelated")
+FULLER = ("new", "old", "equal", "each")
+CLASSES = ("none", "same_equal", "same_new", "same_old", "same_each", "update")
+"""What the learned judge predicts: "none" = both hold or unrelated (nothing to do)."""
+
+
+def split_of(person: str) -> str:
+    """Train, calibration or sealed test, by person. Each writer's six people rotate through the
+    splits (one calibration, one test, four train) so every split has every writer and voice."""
+    writer, _, p = person.partition("-p")
+    try:
+        w, k = int(writer.lstrip("w")), int(p)
+    except ValueError:
+        digest = int(hashlib.sha256(person.encode()).hexdigest(), 16)
+        return SPLITS[(0, 0, 0, 0, 1, 2)[digest % 6]]
+    slot = (k - 1 + w) % 6
+    return "test" if slot == 0 else "calibration" if slot == 1 else "train"
+
+
+def class_of(label: str, fuller: str | None) -> str:
+    if label == "same":
+        return f"same_{fuller or 'equal'}"
+    return "update" if label == "update" else "none"
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+
+
+def stream_rows(folder: Path = STREAMS) -> list[dict[str, Any]]:
+    """Every written memory, in stream order, with a stable id and a time (sessions a day apart
+    at least; within one, a minute between memories)."""
+    out: list[dict[str, Any]] = []
+    for path in sorted(folder.glob("w*.jsonl")):
+        if path.name.endswith(".intent.jsonl"):
+            continue
+        counters: dict[str, int] = defaultdict(int)
+        for row in read_jsonl(path):
+            person = str(row["person"])
+            i = counters[person]
+            counters[person] += 1
+            minute = i % 600
+            out.append({
+                **row, "memory_id": f"{person}-{i:04d}",
+                "created_at": f"{row['date']}T{8 + minute // 60:02d}:{minute % 60:02d}:00Z",
+            })
+    return out
+
+
+def memories(rows: Sequence[dict[str, Any]], embed: Any) -> list[Memory]:
+    """Memories as the pipeline stores them: sentence vector and word features from the model."""
+    texts = [str(r["text"]) for r in rows]
+    vecs, feats = embed.encode_with_features(texts)
+    return [
+        Memory(memory_id=r["memory_id"], user_id=str(r["person"]), text=str(r["text"]),
+               created_at=r["created_at"], updated_at=r["created_at"], run_id=None,
+               vector=np.asarray(v, np.float32), features=f.to_payload(),
+               metadata={"voice": r.get("voice"), "session": r.get("session")})
+        for r, v, f in zip(rows, vecs, feats, strict=True)
+    ]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    newer: str
+    older: str
+    rank: int
+    """1 = the nearest earlier memory; 0 = an exact text match outside the nearest."""
+    cos: float
+
+
+def nominate(mems: Sequence[Memory], k: int = NOMINATE_K) -> list[Candidate]:
+    """For each memory, the same person's `k` nearest earlier memories and every exact text match:
+    the pairs the pipeline judges (no similarity floor)."""
+    by_user: dict[str, list[Memory]] = defaultdict(list)
+    for m in mems:
+        by_user[m.user_id].append(m)
+    out: list[Candidate] = []
+    for ms in by_user.values():
+        mat = np.stack([np.asarray(m.vector) for m in ms])
+        sims = mat @ mat.T
+        for i in range(1, len(ms)):
+            order = np.argsort(-sims[i, :i], kind="stable")
+            chosen = {int(j): r + 1 for r, j in enumerate(order[:k])}
+            norm = " ".join(ms[i].text.lower().split())
+            for j in range(i):
+                if j not in chosen and " ".join(ms[j].text.lower().split()) == norm:
+                    chosen[j] = 0
+            out += [Candidate(ms[i].memory_id, ms[j].memory_id, r, float(sims[i, j])) for j, r in chosen.items()]
+    return out
+
+
+def labelled_pairs(path: Path = LABELS) -> list[dict[str, Any]]:
+    """The adjudicated labels: one row per kept pair (id, newer, older, person, split, label, fuller, cls)."""
+    return read_jsonl(path)
+
+
+def by_id(mems: Iterable[Memory]) -> dict[str, Memory]:
+    return {m.memory_id: m for m in mems}
+
+
+def features_of(m: Memory) -> al.TokenFeatures | None:
+    return al.TokenFeatures.from_payload(m.features)
+
+
+MERGEABLE = ("same_equal", "same_new", "same_old")
+
+
+def score_pairs(judge: Any, pairs: Sequence[dict[str, Any]], mems: dict[str, Memory]) -> dict[str, Any]:
+    """Precision and recall of one judge on labelled pairs, each judged alone as the pipeline would
+    (its verdict through `merge_supersede.gate`): automatic merges and supersedes, and review proposals.
+
+    A merge is right when the pair is one fact and the memory kept says at least as much; a supersede
+    when the pair is an update; a review proposal when it proposes the pair's own action."""
+    from dreamstream.agents.merge_supersede import _more_complete, gate
+
+    veto = bool(getattr(judge, "session_veto", True))
+    tally = {k: 0 for k in ("merges", "merges_right", "mergeable", "mergeable_merged", "supersedes",
+                            "supersedes_right", "updates", "updates_superseded", "reviews", "reviews_right")}
+    for p in pairs:
+        new, old = mems[p["newer"]], mems[p["older"]]
+        v = gate(judge.judge(new, [old])[0], new, old, veto)
+        cls = p["cls"]
+        tally["mergeable"] += cls in MERGEABLE
+        tally["updates"] += cls == "update"
+        if v.relation == "same":
+            fuller = v.new_fuller if v.new_fuller is not None else _more_complete(new, old)
+            right = cls in (("same_new", "same_equal") if fuller else ("same_old", "same_equal"))
+            tally["merges"] += 1
+            tally["merges_right"] += right
+            tally["mergeable_merged"] += cls in MERGEABLE
+        elif v.relation == "replaces":
+            tally["supersedes"] += 1
+            tally["supersedes_right"] += cls == "update"
+            tally["updates_superseded"] += cls == "update"
+        elif v.relation.startswith("review"):
+            tally["reviews"] += 1
+            tally["reviews_right"] += (cls.startswith("same") if v.relation == "review_same" else cls == "update")
+
+    def ratio(a: str, b: str) -> float | None:
+        return round(tally[a] / tally[b], 4) if tally[b] else None
+
+    return {**tally, "pairs": len(pairs),
+            "merge_precision": ratio("merges_right", "merges"),
+            "restatement_recall": ratio("mergeable_merged", "mergeable"),
+            "supersede_precision": ratio("supersedes_right", "supersedes"),
+            "update_recall": ratio("updates_superseded", "updates"), "review_right": ratio("reviews_right", "reviews")}

@@ -1,0 +1,59 @@
+"""Input that must never reach the store: a null record (a tombstone) and patterns from outside."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from dreamstream.schemas.events import InvalidEvent, decode
+from dreamstream.streams.core import memories
+from dreamstream.streams.core.ingest import Incoming, Processor
+
+
+def test_a_null_record_is_bad_input_not_a_store_fault() -> None:
+    with pytest.raises(InvalidEvent) as err:
+        decode(None)
+    assert err.value.reason == "null_value"
+
+
+def test_http_cannot_add_a_pattern() -> None:
+    with pytest.raises(InvalidEvent) as err:
+        memories.new_event({"type": "pattern.added", "user_id": "u-1", "text": "x", "sources": ["m-1"]})
+    assert err.value.reason == "unknown_type"
+
+
+def _event(**over: object) -> bytes:
+    base = {"type": "memory.added", "event_id": "e-1", "memory_id": "m-1", "user_id": "u-1",
+            "text": "Ana lives in Lisbon.", "created_at": "2026-01-01T09:00:00Z"}
+    return orjson.dumps({**base, **over})
+
+
+def _pattern(**over: object) -> bytes:
+    base = {"type": "pattern.added", "event_id": "e-p", "memory_id": "p-1", "user_id": "u-1",
+            "text": "Ana often travels.", "created_at": "2026-01-02T09:00:00Z", "sources": ["m-1"],
+            "metadata": {"type": "pattern"}}
+    return orjson.dumps({**base, **over})
+
+
+def _process(proc: Processor, *raws: bytes | None) -> list[str]:
+    result = proc.process([Incoming(raw=r, topic="t", partition=0, offset=i) for i, r in enumerate(raws)])
+    return [d["reason"] for d in result.dead_letters]
+
+
+def test_forged_patterns_never_overwrite_or_point_elsewhere(edge_store, embedder) -> None:
+    proc = Processor(edge_store, embedder)
+    assert _process(proc, _event(), None) == ["null_value"]
+    assert _process(proc, _event(event_id="e-2", memory_id="m-2", user_id="u-2", text="Bo likes tea.")) == []
+    reasons = _process(
+        proc,
+        _pattern(event_id="e-p1", memory_id="m-2"),  # another user's memory id
+        _pattern(event_id="e-p2", memory_id="m-1"),  # a fact's id, same user
+        _pattern(event_id="e-p3", sources=["m-2"]),  # another user's evidence
+        _pattern(event_id="e-p4", sources=["m-404"]),  # evidence that is not there
+    )
+    assert reasons == ["memory_id_conflict", "memory_id_conflict", "bad_field", "bad_field"]
+    stored = edge_store.retrieve(["m-1", "m-2", "p-1"])
+    assert stored["m-2"].user_id == "u-2" and stored["m-2"].text == "Bo likes tea."
+    assert stored["m-1"].kind == "fact" and "p-1" not in stored
+    assert _process(proc, _pattern(event_id="e-p5")) == []  # the worker's own kind of pattern is stored
+    assert edge_store.retrieve(["p-1"])["p-1"].kind == "pattern"

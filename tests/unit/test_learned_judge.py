@@ -1,0 +1,109 @@
+"""The learned judge as shipped (streams/core/models/judge.*) on the packaged model: what a user
+sees first, the gates about truth, and the calibration arithmetic `make train-judge` relies on."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from dreamstream.agents import merge_supersede as ms
+from dreamstream.agents import pair_features as pf
+from dreamstream.agents.learned_judge import CLASSES, LearnedJudge, Thresholds
+from dreamstream.schemas.memory import Memory
+from dreamstream.streams.core import judge_model
+from dreamstream.streams.dev import train_judge
+
+
+@pytest.fixture(scope="module")
+def judge() -> LearnedJudge:
+    return judge_model.learned_judge()
+
+
+@pytest.fixture()
+def mem(embedder) -> Callable[..., Memory]:  # type: ignore[no-untyped-def]
+    counter = iter(range(1, 10_000))
+
+    def make(text: str, at: str, *, user: str = "u-1", pinned: bool = False) -> Memory:
+        n = next(counter)
+        vecs, feats = embedder.encode_with_features([text])
+        return Memory(memory_id=f"m-{n:04d}", user_id=user, text=text, created_at=at, updated_at=at,
+                      metadata={"pinned": pinned}, vector=vecs[0], features=feats[0].to_payload())
+
+    return make
+
+
+def test_shipped_model_fits_these_features() -> None:
+    model = judge_model.load()
+    assert model.meta["features"] == pf.N_FEATURES
+    probs = model(np.zeros((3, pf.N_FEATURES), np.float32))
+    assert probs.shape == (3, len(CLASSES))
+    assert np.allclose(probs.sum(axis=1), 1.0, atol=1e-4)
+    t = model.thresholds
+    assert t.target >= 0.97 and t.merge <= 1.0 and t.supersede <= 1.0  # both actions can happen automatically
+
+
+def test_readme_first_example_an_explicit_move_a_minute_later_supersedes(judge: LearnedJudge, mem) -> None:
+    old = mem("Ana lives in Lisbon.", "2026-03-01T10:00:00Z")
+    new = mem("Ana moved to Porto.", "2026-03-01T10:01:00Z")
+    [d] = ms.decide_with(judge, new, [old])
+    assert (d.action, d.targets) == ("supersede", (old.memory_id,))
+
+
+def test_a_restatement_with_a_detail_merges_into_the_fuller(judge: LearnedJudge, mem) -> None:
+    old = mem("Tomasz has a dog.", "2026-01-05T09:00:00Z")
+    new = mem("Tomasz has a greyhound named Pilot.", "2026-02-11T18:00:00Z")
+    [d] = ms.decide_with(judge, new, [old])
+    assert d.action == "merge_old" and d.targets == (old.memory_id,)
+
+
+def test_an_exact_repeat_merges_and_the_first_stays(judge: LearnedJudge, mem) -> None:
+    old = mem("I work night shifts as a nurse.", "2026-01-05T09:00:00Z")
+    new = mem("I work night shifts as a nurse.", "2026-02-05T09:00:00Z")
+    [d] = ms.decide_with(judge, new, [old])
+    assert d.action == "merge_new"
+
+
+@pytest.mark.parametrize(("older", "newer"), [
+    ("I am single.", "I am single and have no plans to marry."),
+    ("Lena plays the violin.", "Lena also started learning the cello."),
+    ("Ravi's sister lives in Leeds.", "Ravi lives in Manchester."),
+])
+def test_facts_that_both_hold_are_never_superseded(judge: LearnedJudge, mem, older: str, newer: str) -> None:
+    old = mem(older, "2026-01-05T09:00:00Z")
+    new = mem(newer, "2026-04-05T09:00:00Z")
+    assert all(d.action != "supersede" for d in ms.decide_with(judge, new, [old]))
+
+
+def test_a_merge_never_hides_a_number_the_kept_memory_lacks(judge: LearnedJudge, mem) -> None:
+    old = mem("Project uses Postgres 15.", "2026-01-05T09:00:00Z")
+    new = mem("Project uses Postgres.", "2026-02-05T09:00:00Z")
+    ds = ms.decide_with(judge, new, [old])
+    assert not any(d.action == "merge_old" for d in ds)  # old (with 15) is never the hidden one
+
+
+def test_pinned_and_other_users_memories_never_change(judge: LearnedJudge, mem) -> None:
+    pinned = mem("Ana lives in Lisbon.", "2026-03-01T10:00:00Z", pinned=True)
+    new = mem("Ana moved to Porto.", "2026-03-01T10:01:00Z")
+    assert [d.action for d in ms.decide_with(judge, new, [pinned])] == ["conflict"]
+    stranger = mem("Ana lives in Lisbon.", "2026-03-01T10:00:00Z", user="u-2")
+    assert ms.decide_with(judge, mem("Ana moved to Porto.", "2026-03-02T10:00:00Z"), [stranger]) == []
+
+
+def test_auto_threshold_is_the_lowest_score_that_keeps_the_target() -> None:
+    score = np.array([0.99, 0.98, 0.95, 0.9, 0.85, 0.8, 0.7, 0.6])
+    right = np.array([True, True, True, True, True, False, True, False])
+    t, n, p = train_judge._auto_threshold(score, right, 0.97)
+    assert (t, n, p) == (0.85, 5, 1.0)
+    assert train_judge._auto_threshold(score, np.zeros(8, bool), 0.97)[0] > 1.0  # never automatic
+
+
+def test_thresholds_act_only_above_calibration() -> None:
+    j = LearnedJudge(predict=lambda x: np.tile([0.0, 0.0, 0.0, 0.0, 0.0, 1.0], (len(x), 1)),
+                     thresholds=Thresholds(supersede=1.01, supersede_review=0.5))
+    row = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.9])
+    ruled = ms.Verdict("m-1", "unrelated", 0.5, "no_evidence", {"cos": 0.5})
+    old = Memory(memory_id="m-1", user_id="u", text="x", created_at="2026-01-01T00:00:00Z",
+                 updated_at="2026-01-01T00:00:00Z")
+    assert j.verdict(old, ruled, row).relation == "review_replaces"
