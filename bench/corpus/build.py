@@ -2,7 +2,8 @@
 
     python bench/corpus/build.py nominate          # streams/*.jsonl -> pairs.jsonl (a sample of the nominated pairs)
     python bench/corpus/build.py batches OUT N     # pairs -> N batch files for labellers (no split, no scores)
-    python bench/corpus/build.py collect DIR...    # labellers' answers -> labels.jsonl + agreement.json
+    python bench/corpus/build.py collect A B       # two labellers' answers -> labels.jsonl + agreement.json
+                                                   # (bench/corpus/labels/{A,B}; the batches they read beside them)
 
 Every pair is labelled by two labellers who did not write its stream, from GUIDE.md; pairs they
 disagree on are dropped (reported in agreement.json), so every kept label has two readers behind it.
@@ -135,7 +136,7 @@ def collect(folders: list[Path]) -> None:
     pairs = {p["id"]: p for p in jc.read_jsonl(jc.PAIRS)}
     # Only pairs whose texts are still the ones the labellers read (a stream rewritten since is dropped).
     sent = {}
-    for path in sorted(folders[0].parent.glob("batch*.jsonl")):
+    for path in sorted([*folders[0].parent.glob("batch*.jsonl"), *folders[0].parent.glob("batches/batch*.jsonl")]):
         sent.update({r["id"]: (r["older"], r["newer"]) for r in jc.read_jsonl(path)})
     pairs = {i: p for i, p in pairs.items() if sent.get(i) == (
         f"[{p['older_date']}] {p['older_text']}", f"[{p['newer_date']}] {p['newer_text']}")}
@@ -154,7 +155,8 @@ def collect(folders: list[Path]) -> None:
         if ca == cb:
             p = pairs[i]
             label = first["label"] if first["label"] == second["label"] else "both_hold"
-            kept.append({k: p[k] for k in ("id", "person", "split", "newer", "older", "rank", "cos", "same_session")}
+            kept.append({k: p[k] for k in ("id", "person", "newer", "older", "rank", "cos", "same_session")}
+                        | {"split": jc.split_of(p["person"])}
                         | {"label": label, "fuller": first.get("fuller") if label == "same" else None, "cls": ca,
                            "unsure": bool(first.get("unsure") or second.get("unsure"))})
     with jc.LABELS.open("wb") as f:
