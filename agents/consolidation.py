@@ -23,6 +23,7 @@ import numpy as np
 
 from dreamstream.agents import text_features as tf
 from dreamstream.agents.merge_supersede import FeaturesOf, OfflineJudge, _cos
+from dreamstream.agents.merge_supersede import Judge as JudgeOfMany
 from dreamstream.schemas.memory import Memory, parse_time
 from dreamstream.schemas.schedules import (  # noqa: F401  (part of this module's interface)
     NAMED_SCHEDULES,
@@ -182,16 +183,20 @@ Judge = Callable[[Memory, Memory], tuple[str, str]]
 "review_same" / "review_replaces", which the pass proposes like the others: a person decides here."""
 
 
-def offline_judge(featurize: FeaturesOf | None = None) -> Judge:
-    """The ingest path's offline judge read pairwise (the same rules decide inline and here);
-    `featurize` serves memories stored without word features (the pass's own merged texts)."""
-    judge = OfflineJudge(featurize=featurize)
+def pairwise(judge: JudgeOfMany) -> Judge:
+    """Any ingest judge (learned, rules, NLI, LLM) read pair by pair, so the pass proposes what ingest
+    would decide."""
 
     def pair(newer: Memory, older: Memory) -> tuple[str, str]:
-        verdict = judge.judge_pair(newer, older)
+        verdict = judge.judge(newer, [older])[0]
         return verdict.relation, verdict.rule
 
     return pair
+
+
+def offline_judge(featurize: FeaturesOf | None = None) -> Judge:
+    """The rule judge read pairwise; `featurize` serves memories stored without word features."""
+    return pairwise(OfflineJudge(featurize=featurize))
 
 
 def recorded_reviews(active: Mapping[str, Memory]) -> list[tuple[Memory, Memory, str, float]]:

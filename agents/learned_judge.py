@@ -1,12 +1,20 @@
-"""The learned judge: a small model, distilled from the project's labelled corpus, reads each pair.
+"""The learned judge: two small models, distilled from the project's labelled corpus, read each pair.
 
-Pure logic. The model itself (an ONNX graph over `pair_features`) is run by the caller's `predict`
-(`streams/core/judge_model.py` loads it); this module turns its class probabilities into verdicts
-with thresholds calibrated on the corpus's calibration split: an action is automatic only where its
-calibrated precision was at least `Thresholds.target` (0.97), a likely case below that is a review
-item, the rest nothing. The rule judge still reads every pair, as evidence for the model (its
-relation is a feature) and for the few truths the model cannot see: an exact repeat of an occasion
-("this morning" on two days) is two events. The gates of `merge_supersede.gate` apply as to every
+Pure logic. The models are run by callables the caller passes (`streams/core/judge_model.py` loads
+them on ONNX Runtime):
+- `predict`, the evidence head: a linear model over `pair_features` (alignment, names and numbers,
+  time and session, the rule judge's reading), cheap enough for every candidate;
+- `cross`, a cross-encoder fine-tuned from the packaged MiniLM that reads both texts at once. It is
+  asked only about the pairs the head does not rule out (`SHORTLIST`), so the cost per event stays
+  bounded, and the two are combined by `combine`: an action needs both to see it.
+The combined class probabilities become verdicts with thresholds calibrated on the corpus's
+calibration split: an action is automatic only where its calibrated precision was at least
+`Thresholds.target` (0.97), a likely case below that is a review item, the rest nothing. The rule
+judge still reads every pair: as evidence for the head (its relation and reason are features); as a
+second way to act, where it found explicit evidence and the head alone is sure enough (calibrated
+with the rest, `decide_pair`); and for the few truths no model sees: an exact repeat is one fact,
+except an occasion ("this morning") repeated on another day. The gates of `merge_supersede.gate`
+apply as to every
 judge: a merge never hides a name or number the kept memory lacks; pinned memories never change.
 """
 
@@ -19,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from dreamstream.agents import pair_features as pf
-from dreamstream.agents.merge_supersede import OfflineJudge, Verdict
+from dreamstream.agents.merge_supersede import OfflineJudge, Relation, Verdict
 from dreamstream.schemas.memory import Memory
 
 CLASSES = ("none", "same_equal", "same_new", "same_old", "same_each", "update")
@@ -28,6 +36,37 @@ update = the newer memory replaces the older one's value."""
 
 Predict = Callable[[np.ndarray], np.ndarray]
 """(pairs, N_FEATURES) float32 -> (pairs, len(CLASSES)) probabilities."""
+CrossPredict = Callable[[Sequence[tuple[str, str]]], np.ndarray]
+"""(older text, newer text with its time cue) pairs -> (pairs, len(CLASSES)) probabilities."""
+
+SHORTLIST = 0.8
+"""The cross-encoder reads a pair only when the head gives "nothing to do" at most this probability:
+the pairs the head rules out would stay "none" however the cross-encoder read them (see `combine`)."""
+
+
+def pair_text(new: Memory, old: Memory) -> tuple[str, str]:
+    """What the cross-encoder reads: the older text, then the newer one with whether it was said in
+    the same conversation (the session is evidence, not a veto)."""
+    gap = "same conversation" if pf.one_session(new, old) else "later"
+    return old.text, f"({gap}) {new.text}"
+
+
+def combine(head: np.ndarray, cross: np.ndarray) -> np.ndarray:
+    """Both models must see a class: the smaller of their two probabilities, renormalised."""
+    low = np.minimum(np.asarray(head, np.float64), np.asarray(cross, np.float64))
+    return low / np.maximum(low.sum(axis=-1, keepdims=True), 1e-12)
+
+
+def probabilities(head: np.ndarray, texts: Sequence[tuple[str, str]], cross: CrossPredict | None) -> np.ndarray:
+    """The judge's class probabilities for a batch of pairs: the head's, and where the head leaves a
+    pair open and a cross-encoder is given, both combined. Training calibrates on exactly this."""
+    out = np.array(head, np.float64, copy=True)
+    if cross is None or not len(out):
+        return out
+    idx = [i for i in range(len(out)) if out[i, 0] <= SHORTLIST]
+    if idx:
+        out[idx] = combine(out[idx], cross([texts[i] for i in idx]))
+    return out
 
 
 @dataclass(frozen=True)
@@ -35,15 +74,19 @@ class Thresholds:
     """Scores at which an action is automatic or a review item (from `make train-judge`)."""
 
     merge: float = 1.01
+    merge_ruled: float = 1.01
+    """Also a merge where the rule judge found word-for-word containment and the head alone says this."""
     merge_review: float = 1.01
     supersede: float = 1.01
+    supersede_ruled: float = 1.01
+    """Also a supersede where the rule judge found explicit evidence (an end, a slot with another value,
+    a plan done) and the head alone says this: the rules carry what the cross-encoder may miss."""
     supersede_review: float = 1.01
     target: float = 0.97
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Thresholds:
-        return cls(**{k: float(data[k]) for k in ("merge", "merge_review", "supersede", "supersede_review", "target")
-                      if k in data})
+        return cls(**{k: float(v) for k, v in data.items() if k in cls.__dataclass_fields__})
 
 
 def scores(probs: np.ndarray) -> dict[str, float]:
@@ -58,6 +101,16 @@ def scores(probs: np.ndarray) -> dict[str, float]:
     }
 
 
+TIE = 0.05
+"""Keep-new and keep-old scores this close are a tie, and a tie keeps the first memory."""
+
+
+def merge_choice(s: dict[str, float]) -> tuple[bool, float]:
+    """(whether the new memory is kept, the score of that merge being right)."""
+    new_fuller = s["keep_new"] > s["keep_old"] + TIE
+    return new_fuller, s["keep_new"] if new_fuller else s["keep_old"]
+
+
 @dataclass
 class LearnedJudge:
     """Labels each pair from the model's calibrated scores; the rule judge's reading is one input."""
@@ -65,6 +118,7 @@ class LearnedJudge:
     predict: Predict
     thresholds: Thresholds
     rules: OfflineJudge = field(default_factory=OfflineJudge)
+    cross: CrossPredict | None = None
     name: str = "learned"
     session_veto: bool = False
     """An update within one conversation is the model's call (it sees the session), not a blanket veto."""
@@ -75,33 +129,42 @@ class LearnedJudge:
         feats = self.rules.features([new, *candidates])
         fn = feats[0]
         ruled = [self.rules.judge_pair(new, c, fn, fo) for c, fo in zip(candidates, feats[1:], strict=True)]
-        x = pf.matrix([pf.pair_vector(new, c, fn, fo, r.relation)
+        x = pf.matrix([pf.pair_vector(new, c, fn, fo, r.relation, r.rule)
                        for c, fo, r in zip(candidates, feats[1:], ruled, strict=True)])
-        probs = np.asarray(self.predict(x), np.float64)
-        return [self.verdict(c, r, row) for c, r, row in zip(candidates, ruled, probs, strict=True)]
+        head = np.asarray(self.predict(x), np.float64)
+        probs = probabilities(head, [pair_text(new, c) for c in candidates], self.cross)
+        return [self.verdict(c, r, row, h) for c, r, row, h in zip(candidates, ruled, probs, head, strict=True)]
 
-    def verdict(self, old: Memory, ruled: Verdict, probs: np.ndarray) -> Verdict:
+    def verdict(self, old: Memory, ruled: Verdict, probs: np.ndarray, head: np.ndarray | None = None) -> Verdict:
         s = scores(probs)
-        t = self.thresholds
         shown = {k: round(v, 4) for k, v in s.items()} | {"cos": ruled.scores.get("cos", 0.0)}
+        rel, conf, why, new_fuller = decide_pair(s, scores(probs if head is None else head), ruled.relation,
+                                                 ruled.rule, ruled.scores.get("cos", 0.0), self.thresholds)
+        return Verdict(old.memory_id, rel, round(conf, 4), f"learned:{why}", shown, new_fuller)
 
-        def v(rel: Any, conf: float, rule: str, new_fuller: bool | None = None) -> Verdict:
-            return Verdict(old.memory_id, rel, round(conf, 4), f"learned:{rule}", shown, new_fuller)
 
-        if ruled.rule == "another_occasion" and ruled.scores.get("cos", 0.0) >= 0.999:
-            return v("unrelated", 0.0, "another_occasion")  # the same words of two days: two events
-        keep = max(s["keep_new"], s["keep_old"])
-        new_fuller = s["keep_new"] > s["keep_old"]
-        if ruled.rule == "exact_text":
-            return v("same", max(keep, 0.99), "exact_text", new_fuller)
-        if keep >= t.merge and keep >= s["update"]:
-            return v("same", keep, "same", new_fuller)
-        if s["update"] >= t.supersede:
-            return v("replaces", s["update"], "update")
-        if s["update"] >= t.supersede_review and s["update"] >= s["same"]:
-            return v("review_replaces", s["update"], "maybe_update")
-        if s["same"] >= t.merge_review:
-            return v("review_same", s["same"], "maybe_same", new_fuller)
-        if s["update"] >= t.supersede_review:
-            return v("review_replaces", s["update"], "maybe_update")
-        return v("unrelated", 1.0 - max(s["same"], s["update"]), "none")
+def decide_pair(s: dict[str, float], h: dict[str, float], rule_relation: str, rule: str, cos: float,
+                t: Thresholds) -> tuple[Relation, float, str, bool | None]:
+    """(relation, confidence, reason, new memory fuller) from the combined scores `s`, the head's own
+    `h` and the rule judge's reading; `make train-judge` calibrates `t` through this very function."""
+    if rule == "another_occasion" and cos >= 0.999:
+        return "unrelated", 0.0, "another_occasion", None  # the same words of two days: two events
+    new_fuller, keep = merge_choice(s)
+    if rule == "exact_text":
+        return "same", max(keep, 0.99), "exact_text", False
+    if keep >= t.merge and keep >= s["update"]:
+        return "same", keep, "same", new_fuller
+    head_fuller, head_keep = merge_choice(h)
+    if rule_relation == "same" and head_keep >= t.merge_ruled and head_keep >= h["update"]:
+        return "same", head_keep, "same_ruled", head_fuller
+    if s["update"] >= t.supersede:
+        return "replaces", s["update"], "update", None
+    if rule_relation == "replaces" and h["update"] >= t.supersede_ruled:
+        return "replaces", h["update"], "update_ruled", None
+    if s["update"] >= t.supersede_review and s["update"] >= s["same"]:
+        return "review_replaces", s["update"], "maybe_update", None
+    if s["same"] >= t.merge_review:
+        return "review_same", s["same"], "maybe_same", new_fuller
+    if s["update"] >= t.supersede_review:
+        return "review_replaces", s["update"], "maybe_update", None
+    return "unrelated", 1.0 - max(s["same"], s["update"]), "none", None

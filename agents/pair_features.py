@@ -1,13 +1,14 @@
 """What the learned judge sees of one (newer, older) pair of a user's memories: one float vector.
 
 Pure: built from what every stored memory already carries (its sentence vector, its word features,
-its text and time), so judging embeds nothing. Three parts, in this order:
-- the two sentence vectors compared: element-wise product, absolute and signed difference (what
-  MiniLM knows of topic and wording, which the head learns to read);
-- word alignment both ways (`alignment.coverage`): how much of each statement the other says;
-- evidence the vectors cannot carry: time apart and whether it is one conversation, names and
-  numbers one side has and the other lacks, negation, and the rule judge's reading of the pair
-  (kept as evidence for the model, not as a veto).
+its text and time), so judging embeds nothing. Evidence only, no raw embedding dimensions: with them
+the head fitted the topics of the corpus (cross-validated log-loss 0.50 against 0.46 without), so
+MiniLM enters through what it measures of the pair:
+- sentence similarity, and word alignment both ways (`alignment.coverage`): how much of each
+  statement the other says, which words are left over, and whether one value stands in another's place;
+- time apart and whether it is one conversation; names and numbers one side has and the other lacks;
+  negation, plans, reports of something done, change and addition cues;
+- the rule judge's reading of the pair and its reason, as evidence for the model, not as a veto.
 """
 
 from __future__ import annotations
@@ -23,21 +24,28 @@ from dreamstream.agents import update_cues as uc
 from dreamstream.schemas.memory import EMBEDDING_DIM, Memory, parse_time
 
 RULE_RELATIONS = ("same", "replaces", "unrelated", "review_same", "review_replaces")
+RULE_FAMILIES = (
+    "exact_text", "contained", "equivalent", "reversal", "explicit_end", "slot_change", "slot_change_additive",
+    "plan_done", "plan_maybe_done", "only_planned", "near_restatement", "polarity_unclear", "polarity_differs",
+    "different_subject", "roles_swapped", "another_occasion", "same_session", "no_evidence",
+)
+"""The rule judge's reason for its reading (the first part of its rule name): evidence, not a veto."""
 
 SCALAR_NAMES: tuple[str, ...] = (
     "cos", "exact_text",
     "old_in_new_full", "old_in_new_missing_frac", "old_in_new_weakest", "old_in_new_mean",
     "new_in_old_full", "new_in_old_missing_frac", "new_in_old_weakest", "new_in_old_mean",
+    "unmatched_new", "unmatched_old", "substitution_sim", "value_change",
     "log_words_new", "log_words_old", "words_ratio",
     "names_new_only", "names_old_only", "numbers_new_only", "numbers_old_only",
     "neg_new", "neg_old", "change_new", "change_old", "additive_new",
-    "end_new", "plan_new", "plan_old", "done_new", "future_new", "past_new",
+    "end_new", "plan_new", "plan_old", "done_new", "done_old", "future_new", "past_new", "reported_new",
     "third_new", "third_old", "third_differs",
-    "same_session", "log_days_apart", "older_first",
+    "same_session", "log_days_apart", "older_first", "later_change", "later_cos",
     *(f"rule_{r}" for r in RULE_RELATIONS),
+    *(f"why_{r}" for r in RULE_FAMILIES),
 )
-N_DENSE = 3 * EMBEDDING_DIM
-N_FEATURES = N_DENSE + len(SCALAR_NAMES)
+N_FEATURES = len(SCALAR_NAMES)
 
 SESSION_GAP_S = 3600.0
 
@@ -79,9 +87,21 @@ def _align(other: al.TokenFeatures | None, kept: al.TokenFeatures | None) -> tup
     return float(cov.full), float(missing), float(max(cov.weakest, 0.0)), mean
 
 
+def _unmatched(fn: al.TokenFeatures | None, fo: al.TokenFeatures | None) -> tuple[float, float, float]:
+    """Words of each side with no counterpart in the other, and how alike the closest two of them are:
+    one value put in another's place ("Lisbon" / "Porto", "tea" / "coffee") is what an update looks like."""
+    if fn is None or fo is None or not len(fn.words) or not len(fo.words):
+        return 0.0, 0.0, 0.0
+    sims = fn.vecs @ fo.vecs.T
+    un_n = [i for i, s in enumerate(fn.stems) if not fo.stem_match(s) and sims[i].max() < al.WORD_MATCH]
+    un_o = [j for j, s in enumerate(fo.stems) if not fn.stem_match(s) and sims[:, j].max() < al.WORD_MATCH]
+    sub = float(sims[np.ix_(un_n, un_o)].max()) if un_n and un_o else 0.0
+    return float(len(un_n)), float(len(un_o)), sub
+
+
 def scalars(new: Memory, old: Memory, fn: al.TokenFeatures | None, fo: al.TokenFeatures | None,
-            rule: str) -> list[float]:
-    """The evidence part, in `SCALAR_NAMES` order; `rule` is the rule judge's relation for the pair."""
+            rule: str, why: str) -> list[float]:
+    """The evidence, in `SCALAR_NAMES` order; `rule` / `why` are the rule judge's relation and rule name."""
     cos = float(np.dot(_vec(new), _vec(old)))
     nt, ot = new.text, old.text
     exact = float(" ".join(tf.words(nt)) == " ".join(tf.words(ot)))
@@ -90,29 +110,34 @@ def scalars(new: Memory, old: Memory, fn: al.TokenFeatures | None, fo: al.TokenF
     nums_n, nums_o = tf.numbers(nt), tf.numbers(ot)
     tp_n, tp_o = tf.third_parties(nt), tf.third_parties(ot)
     days = _days_apart(new, old)
+    session = one_session(new, old)
+    un_n, un_o, sub = _unmatched(fn, fo)
+    change = float(tf.has_change_cue(nt, ot))
+    family = why.split(":", 1)[0]
     return [
         cos, exact,
         *_align(fo, fn), *_align(fn, fo),
+        un_n, un_o, sub, float(bool(names_n - names_o) and bool(names_o - names_n)),
         math.log1p(wn), math.log1p(wo), (wn + 1) / (wo + 1),
         float(len(names_n - names_o)), float(len(names_o - names_n)),
         float(len(nums_n - nums_o)), float(len(nums_o - nums_n)),
         float(tf.has_negation(nt)), float(tf.has_negation(ot)),
-        float(tf.has_change_cue(nt, ot)), float(tf.has_change_cue(ot, nt)), float(tf.has_additive_cue(nt)),
+        change, float(tf.has_change_cue(ot, nt)), float(tf.has_additive_cue(nt)),
         float(bool(uc.endings(nt))), float(uc.plan(nt) is not None), float(uc.plan(ot) is not None),
-        float(uc.reports_done(nt)), float(uc.future(nt)), float(uc.about_the_past(nt)),
+        float(uc.reports_done(nt)), float(uc.reports_done(ot)), float(uc.future(nt)), float(uc.about_the_past(nt)),
+        float(uc.reported(nt)),
         float(bool(tp_n)), float(bool(tp_o)), float(tp_n != tp_o),
-        float(one_session(new, old)), math.log1p(abs(days)) if days is not None else 0.0,
-        float(days is None or days >= 0),
+        float(session), math.log1p(abs(days)) if days is not None else 0.0,
+        float(days is None or days >= 0), change * float(not session), cos * float(not session),
         *(float(rule == r) for r in RULE_RELATIONS),
+        *(float(family == f) for f in RULE_FAMILIES),
     ]
 
 
 def pair_vector(new: Memory, old: Memory, fn: al.TokenFeatures | None, fo: al.TokenFeatures | None,
-                rule: str) -> np.ndarray:
+                rule: str, why: str = "") -> np.ndarray:
     """The whole feature vector of one pair (`N_FEATURES` floats)."""
-    u, v = _vec(new), _vec(old)
-    dense = np.concatenate([u * v * 8.0, np.abs(u - v) * 4.0, (u - v) * 4.0])
-    return np.concatenate([dense, np.asarray(scalars(new, old, fn, fo, rule), np.float32)]).astype(np.float32)
+    return np.asarray(scalars(new, old, fn, fo, rule, why), np.float32)
 
 
 def matrix(rows: Sequence[np.ndarray]) -> np.ndarray:

@@ -39,6 +39,10 @@ def now_iso() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+MIN_YEAR, MAX_YEAR = 1900, 2999
+"""Dates outside these are typing errors or probes; inside them the string order is the time order."""
+
+
 def normalise_time(value: Any, field: str) -> str:
     """ISO 8601 with a zone, returned in UTC as `...Z` so strings sort in time order."""
     if not isinstance(value, str) or not value:
@@ -50,10 +54,25 @@ def normalise_time(value: Any, field: str) -> str:
     if parsed.tzinfo is None:
         raise InvalidEvent("bad_field", f"{field} needs a time zone: {value!r}")
     parsed = parsed.astimezone(UTC)
-    text = parsed.strftime("%Y-%m-%dT%H:%M:%S")
+    if not MIN_YEAR <= parsed.year <= MAX_YEAR:
+        raise InvalidEvent("bad_field", f"{field} is outside {MIN_YEAR}-{MAX_YEAR}: {value!r}")
+    text = f"{parsed.year:04d}" + parsed.strftime("-%m-%dT%H:%M:%S")
     if parsed.microsecond:
         text += f".{parsed.microsecond:06d}"
     return text + "Z"
+
+
+ID_FIELDS = ("event_id", "memory_id", "user_id", "app_id", "agent_id", "run_id", "project_id")
+
+
+def check_id(value: Any, name: str) -> None:
+    """An id is refused, never repaired: printable, no surrounding whitespace, no path. A stripped
+    "u-7 " read as "u-7" would hand one user's memories to another; "../x" names a file, not a user."""
+    if value is None:
+        return
+    if not isinstance(value, str) or not value or value != value.strip() or not value.isprintable() \
+            or "/" in value or "\\" in value or value in (".", ".."):
+        raise InvalidEvent("bad_field", f"{name} must be printable, without surrounding spaces or a path: {value!r}")
 
 
 def decode(raw: bytes | str | dict[str, Any] | None) -> dict[str, Any]:
@@ -143,6 +162,12 @@ def parse_memory_event(raw: bytes | str | dict[str, Any] | None) -> MemoryAdded:
     text: str = obj["text"]
     if not any(ch.isprintable() and not ch.isspace() for ch in text):
         raise InvalidEvent("empty_text", "text is empty (or only whitespace and control characters)")
+    if any(not ch.isprintable() and ch not in "\n\t\r" for ch in text):
+        raise InvalidEvent("bad_field", "text holds control characters (NUL and the like)")
+    for name in ID_FIELDS:
+        check_id(obj.get(name), name)
+    for source in obj.get("sources") or ():
+        check_id(source, "sources")
     created_at = normalise_time(obj["created_at"], "created_at")
     metadata = obj.get("metadata") or {}
     if _depth(metadata) > MAX_METADATA_DEPTH:

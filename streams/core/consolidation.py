@@ -27,7 +27,7 @@ from dreamstream.agents import consolidation as cons
 from dreamstream.schemas.events import now_iso, status_event
 from dreamstream.schemas.memory import EMBEDDING_DIM, LINK_FIELDS, Memory
 from dreamstream.streams.core.ingest import BatchResult, Processor, embed_with_features
-from dreamstream.streams.core.judges import featurizer
+from dreamstream.streams.core.judges import judge_from_settings
 from dreamstream.streams.settings import load
 from dreamstream.streams.store import MemoryStore
 
@@ -83,7 +83,7 @@ def make_plan(store: MemoryStore, user_id: str, app_id: str | None, retention: M
     memories = fetch_scope(store, user_id, app_id, progress)
     live = [m for m in memories if m.status in ("active", "superseded")]
     plan = cons.analyse(live, project=project_of(user_id, app_id), user_id=user_id, app_id=app_id,
-                        judge=cons.offline_judge(featurizer()),
+                        judge=cons.pairwise(judge_from_settings(load())),
                         now=now or cons.now_utc(), retention=retention)
     return plan, len(live)
 

@@ -305,7 +305,10 @@ class Processor:
                 fresh.append((item, event))  # a pattern may be rewritten with more evidence
             elif stored is not None or event.memory_id in seen_memories:
                 known = stored.text if stored is not None else seen_memories[event.memory_id]
-                if known != event.text:
+                if stored is not None and stored.user_id != event.user_id:
+                    self._dead(result, item, "memory_id_conflict",
+                               f"memory_id {event.memory_id} belongs to another user")
+                elif known != event.text:
                     self._dead(result, item, "memory_id_conflict",
                                f"memory_id {event.memory_id} is already stored with other text")
                 else:

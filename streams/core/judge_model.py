@@ -1,14 +1,20 @@
-"""The learned judge's model on ONNX Runtime: a small head over `agents.pair_features`.
+"""The learned judge's models on ONNX Runtime: the evidence head and the cross-encoder.
 
-`make train-judge` writes two files into `streams/core/models/`: `judge.onnx` (standardise, then
-dense layers, then softmax over `agents.learned_judge.CLASSES`) and `judge.json` (the calibrated
-thresholds, the feature layout it was trained on, and its figures). Both ship with the package
-(tens of KB), so a fresh install judges without training.
+`make train-judge` writes three files into `streams/core/models/`:
+- `judge.onnx`: the head (standardise, dense layers, softmax over `agents.learned_judge.CLASSES`);
+- `cross.safetensors`: the cross-encoder's fine-tuned encoder layers and its classifier, float16
+  (about 21 MB). The rest of the encoder (the token and position tables) is the packaged MiniLM's
+  own, so the graph is built from both at first use, like the embedder's, int8-quantized, and cached;
+- `judge.json`: the calibrated thresholds, the feature layout, and the training figures.
+All ship with the package, so a fresh install judges without training.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import tempfile
 from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
@@ -17,9 +23,11 @@ from typing import Any
 import numpy as np
 
 from dreamstream.agents import pair_features as pf
-from dreamstream.agents.learned_judge import CLASSES, LearnedJudge, Thresholds
+from dreamstream.agents.learned_judge import CLASSES, CrossPredict, LearnedJudge, Thresholds
 from dreamstream.agents.merge_supersede import FeaturesOf, OfflineJudge
 from dreamstream.schemas.errors import ConfigError
+from dreamstream.streams.core import onnx_model
+from dreamstream.streams.core.embedding import model_path
 
 MODEL_DIR = Path(__file__).resolve().parent / "models"
 OPSET = 17
@@ -85,12 +93,87 @@ class JudgeModel:
         return np.asarray(self.session.run(None, {"x": np.ascontiguousarray(x, np.float32)})[0])
 
 
+CROSS_FILE = "cross.safetensors"
+CROSS_MAX_TOKENS = 128
+
+
+def _softmax(z: np.ndarray) -> np.ndarray:
+    z = z - z.max(axis=-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def cross_graph(weights: Path) -> Path:
+    """The cross-encoder's int8 graph: the packaged MiniLM with the fine-tuned layers in place, built
+    once per weights file (cached beside the embedder's graphs, or in the temp folder)."""
+    from safetensors.numpy import load_file
+
+    digest = hashlib.sha256(weights.read_bytes()).hexdigest()[:16]
+    name = f"judge-cross-{digest}-b{onnx_model.BUILDER_VERSION}-int8.onnx"
+    layers = {k: v for k, v in load_file(str(weights)).items() if k.startswith("encoder.")}
+    for folder in (onnx_model.model_cache_dir(), Path(tempfile.gettempdir()) / "dreamstream-models"):
+        path = folder / name
+        if path.exists():
+            return path
+        try:
+            onnx_model.build(Path(model_path()), path, quantized=True, overrides=layers)
+            return path
+        except OSError:
+            continue
+    raise JudgeModelError("no folder to build the cross-encoder's graph in (DREAM_MODEL_CACHE)")
+
+
+class CrossEncoder:
+    """Reads (older, newer) text pairs at once; mean and first-token states, then the classifier."""
+
+    def __init__(self, weights: Path, threads: int = 1) -> None:
+        import onnxruntime as ort
+        from safetensors.numpy import load_file
+        from tokenizers import Tokenizer
+
+        if not weights.exists():
+            raise JudgeModelError(f"the cross-encoder's weights are missing ({weights}): run `make train-judge`")
+        tensors = load_file(str(weights))
+        self.w = np.asarray(tensors["head.weight"], np.float32)
+        self.b = np.asarray(tensors["head.bias"], np.float32)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        self.session = ort.InferenceSession(str(cross_graph(weights)), options, providers=["CPUExecutionProvider"])
+        self.tokenizer = Tokenizer.from_file(os.path.join(model_path(), "tokenizer.json"))
+        self.tokenizer.enable_truncation(CROSS_MAX_TOKENS)
+        self.tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+
+    def __call__(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
+        if not pairs:
+            return np.zeros((0, len(CLASSES)), np.float32)
+        enc = self.tokenizer.encode_batch(list(pairs))
+        ids = np.array([e.ids for e in enc], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
+        hidden = self.session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
+        m = mask[..., None].astype(np.float32)
+        mean = (hidden * m).sum(axis=1) / np.maximum(m.sum(axis=1), 1.0)
+        return _softmax(np.concatenate([hidden[:, 0], mean], axis=-1) @ self.w.T + self.b)
+
+
 @cache
 def load(folder: Path = MODEL_DIR) -> JudgeModel:
     return JudgeModel(folder)
 
 
+@cache
+def load_cross(folder: Path = MODEL_DIR) -> CrossEncoder | None:
+    """The cross-encoder, or None where the model was trained without one (`judge.json` says)."""
+    if not load(folder).meta.get("cross"):
+        return None
+    from dreamstream.streams import settings
+
+    return CrossEncoder(folder / CROSS_FILE, settings.load().embed_threads or os.cpu_count() or 1)
+
+
 def learned_judge(featurize: FeaturesOf | None = None, folder: Path = MODEL_DIR) -> LearnedJudge:
     """The shipped learned judge (the rule judge inside it gets `featurize` for old memories)."""
     model = load(folder)
-    return LearnedJudge(predict=model, thresholds=model.thresholds, rules=OfflineJudge(featurize=featurize))
+    cross: CrossPredict | None = load_cross(folder)
+    return LearnedJudge(predict=model, thresholds=model.thresholds, rules=OfflineJudge(featurize=featurize),
+                        cross=cross)

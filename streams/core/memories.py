@@ -84,9 +84,13 @@ def _offset(cursor: str | None) -> int:
         value = orjson.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))["o"]
     except (ValueError, KeyError, TypeError) as exc:
         raise ValueError("cursor is not one this API gave out") from exc
-    if not isinstance(value, int) or value < 0:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_OFFSET:
         raise ValueError("cursor is not one this API gave out")
     return value
+
+
+MAX_OFFSET = 1_000_000
+"""The deepest page a cursor may point at (a cursor of 2**63 once answered 500)."""
 
 
 def filters(params: Mapping[str, str]) -> dict[str, str]:

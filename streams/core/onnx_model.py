@@ -18,6 +18,7 @@ import logging
 import math
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -63,12 +64,14 @@ def graph_path(model_dir: str | os.PathLike[str], quantized: bool = True) -> Pat
     return path
 
 
-def build(model_dir: Path, out: Path, quantized: bool = True) -> None:
-    """Writes the encoder graph (optionally int8-quantized) to `out`, atomically."""
+def build(model_dir: Path, out: Path, quantized: bool = True,
+          overrides: Mapping[str, np.ndarray] | None = None) -> None:
+    """Writes the encoder graph (optionally int8-quantized) to `out`, atomically; `overrides` replace
+    weights by name (the learned judge's fine-tuned layers over the packaged model)."""
     import onnx
 
     out.parent.mkdir(parents=True, exist_ok=True)
-    model = _graph(model_dir)
+    model = _graph(model_dir, overrides or {})
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         fp32 = Path(tmp) / "fp32.onnx"
         onnx.save_model(model, str(fp32))
@@ -88,7 +91,7 @@ def build(model_dir: Path, out: Path, quantized: bool = True) -> None:
         os.replace(final, out)
 
 
-def _graph(model_dir: Path) -> Any:
+def _graph(model_dir: Path, overrides: Mapping[str, np.ndarray]) -> Any:
     """BERT as in HF's BertModel (absolute positions, token type 0, erf GELU, post-LayerNorm)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
@@ -96,6 +99,10 @@ def _graph(model_dir: Path) -> Any:
 
     config = json.loads((model_dir / "config.json").read_text())
     w = {k.removeprefix("bert."): v for k, v in load_file(str(model_dir / "model.safetensors")).items()}
+    unknown = set(overrides) - set(w)
+    if unknown:
+        raise ValueError(f"no such weights in {model_dir}: {sorted(unknown)[:3]}")
+    w.update({k: np.asarray(v, np.float32) for k, v in overrides.items()})
     hidden, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
     head_dim = hidden // heads
     eps = float(config.get("layer_norm_eps", 1e-12))

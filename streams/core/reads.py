@@ -46,9 +46,11 @@ class ReadQuery:
 def read_query(params: Mapping[str, str]) -> ReadQuery:
     """The HTTP read parameters, checked: ValueError with the reason for a 400. `limit` defaults to 50
     for a search and to MAX_LIMIT for a listing."""
-    user = (params.get("user") or "").strip()
-    if not user:
+    user = params.get("user") or ""
+    if not user.strip():
         raise ValueError("a read must name a user (?user=...)")
+    if user != user.strip() or not user.isprintable():
+        raise ValueError(f"user must be printable, without surrounding spaces: {user[:40]!r}")  # never stripped
     flags = {}
     for name in ("latest_only", "include_merged"):
         value = params.get(name)

@@ -1,13 +1,18 @@
 """`make train-judge`: distil the labelled corpus into the learned judge, seeded, on CPU.
 
-    python -m dreamstream.streams.dev.train_judge [--json]
+    python -m dreamstream.streams.dev.train_judge [--head-only] [--json]
 
-Reads bench/corpus (streams, labels), embeds every memory with the product's model, builds each
-labelled pair's features (`agents.pair_features`), chooses between a linear head and a one-layer
-MLP by cross-validation over the train split's people, fits the chosen one on the whole train
-split, calibrates the thresholds on the calibration split (automatic where precision >= 0.97,
-review where a proposal is right at least `REVIEW_TARGET` of the time), and writes
-streams/core/models/judge.{onnx,json}. The sealed test split is never read here.
+Reads bench/corpus (streams, labels), embeds every memory with the product's model, and on the
+train split's pairs:
+1. the evidence head: each pair's features (`agents.pair_features`), a linear head or a one-layer
+   MLP chosen by cross-validated log-loss over the train split's people, fitted on all of it;
+2. the cross-encoder: the packaged MiniLM fine-tuned to read both texts at once (all six layers,
+   the token tables frozen; 3 epochs; restatements also seen the other way round). About 10
+   minutes on two cores; `--head-only` keeps the shipped one.
+Then it calibrates the thresholds on the calibration split, through the shipped ONNX graphs and
+the judge's own combination (`learned_judge.probabilities`): automatic where precision >= 0.97,
+review where a proposal is right at least `REVIEW_TARGET` of the time. It writes
+streams/core/models/judge.{onnx,json} and cross.safetensors. The sealed test split is never read.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import json
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 import click
@@ -27,10 +32,11 @@ from sklearn.model_selection import GroupKFold
 from sklearn.neural_network import MLPClassifier
 
 from dreamstream.agents import pair_features as pf
-from dreamstream.agents.learned_judge import CLASSES, Thresholds, scores
+from dreamstream.agents.learned_judge import CLASSES, Thresholds, decide_pair, pair_text, probabilities, scores
 from dreamstream.agents.merge_supersede import OfflineJudge
+from dreamstream.schemas.memory import Memory
 from dreamstream.streams.core import judge_model
-from dreamstream.streams.core.embedding import Embedder
+from dreamstream.streams.core.embedding import Embedder, model_path
 from dreamstream.streams.dev import judge_corpus as jc
 
 SEED = 20261204
@@ -42,21 +48,74 @@ MIN_AUTO = 5
 
 def pair_matrix(pairs: Sequence[dict[str, Any]], mems: dict[str, Any]) -> np.ndarray:
     """Each labelled pair's features, as the learned judge builds them at ingest."""
+    return features_matrix([(mems[p["newer"]], mems[p["older"]]) for p in pairs])
+
+
+def features_matrix(examples: Sequence[tuple[Memory, Memory]]) -> np.ndarray:
     rules = OfflineJudge()
     rows = []
+    for new, old in examples:
+        fn, fo = jc.features_of(new), jc.features_of(old)
+        ruled = rules.judge_pair(new, old, fn, fo)
+        rows.append(pf.pair_vector(new, old, fn, fo, ruled.relation, ruled.rule))
+    return pf.matrix(rows)
+
+
+Ruled = tuple[str, str, float]
+"""The rule judge's relation, rule and the pair's cosine."""
+
+
+def rule_readings(pairs: Sequence[dict[str, Any]], mems: dict[str, Memory]) -> list[Ruled]:
+    """The rule judge's reading of each pair (evidence the judge calibrates with)."""
+    rules = OfflineJudge()
+    out: list[Ruled] = []
     for p in pairs:
         new, old = mems[p["newer"]], mems[p["older"]]
-        fn, fo = jc.features_of(new), jc.features_of(old)
-        rows.append(pf.pair_vector(new, old, fn, fo, rules.judge_pair(new, old, fn, fo).relation))
-    return pf.matrix(rows)
+        v = rules.judge_pair(new, old, jc.features_of(new), jc.features_of(old))
+        out.append((v.relation, v.rule, float(v.scores.get("cos", 0.0))))
+    return out
+
+
+AUGMENT = 0.25
+"""Share of train pairs also seen with one side's subject worded as another producer would ("User ...")."""
+
+
+def revoiced_pairs(pairs: Sequence[dict[str, Any]], mems: dict[str, Memory], embed: Embedder,
+                   rows: Sequence[dict[str, Any]]) -> dict[str, tuple[Memory, Memory]]:
+    """Pair id -> (newer, older) with one side revoiced (`judge_corpus.revoiced`), for a seeded share."""
+    import random
+
+    rng = random.Random(SEED)
+    names = {person: jc.person_name([r["text"] for r in rows if r["person"] == person])
+             for person in {p["person"] for p in pairs}}
+    chosen: dict[str, tuple[str, str]] = {}
+    for p in pairs:
+        if rng.random() >= AUGMENT:
+            continue
+        side = rng.choice(("newer", "older"))
+        text = jc.revoiced(mems[p[side]].text, names[p["person"]])
+        if text:
+            chosen[p["id"]] = (side, text)
+    texts = sorted({t for _, t in chosen.values()})
+    vecs, feats = embed.encode_with_features(texts)
+    made = {t: (v, f.to_payload()) for t, v, f in zip(texts, vecs, feats, strict=True)}
+    out = {}
+    for p in pairs:
+        if p["id"] in chosen:
+            side, text = chosen[p["id"]]
+            m = replace(mems[p[side]], text=text, vector=np.asarray(made[text][0], np.float32),
+                        features=made[text][1])
+            new, old = (m, mems[p["older"]]) if side == "newer" else (mems[p["newer"]], m)
+            out[p["id"]] = (new, old)
+    return out
 
 
 def _candidates() -> dict[str, Any]:
     return {
-        "linear_c0.05": lambda: LogisticRegression(C=0.05, max_iter=3000),
-        "linear_c0.3": lambda: LogisticRegression(C=0.3, max_iter=3000),
-        "mlp64": lambda: MLPClassifier((64,), alpha=0.05, early_stopping=True, random_state=SEED, max_iter=400),
-        "mlp128": lambda: MLPClassifier((128,), alpha=0.2, early_stopping=True, random_state=SEED, max_iter=400),
+        "linear_c0.03": lambda: LogisticRegression(C=0.03, max_iter=4000),
+        "linear_c0.1": lambda: LogisticRegression(C=0.1, max_iter=4000),
+        "linear_c0.3": lambda: LogisticRegression(C=0.3, max_iter=4000),
+        "mlp64": lambda: MLPClassifier((64,), alpha=3.0, early_stopping=True, random_state=SEED, max_iter=800),
     }
 
 
@@ -83,7 +142,9 @@ def choose(x: np.ndarray, y: np.ndarray, groups: Sequence[str]) -> tuple[str, di
             mean, scale = _standardise(x[tr])
             model = make().fit((x[tr] - mean) / scale, y[tr])
             probs[te] = _full_probs(model, (x[te] - mean) / scale)
-        losses[name] = round(float(log_loss(y, np.clip(probs, 1e-7, 1), labels=range(len(CLASSES)))), 4)
+        probs = np.clip(probs, 1e-7, 1)
+        losses[name] = round(float(log_loss(y, probs / probs.sum(axis=1, keepdims=True),
+                                            labels=range(len(CLASSES)))), 4)
         click.echo(f"  {name}: cross-validated log-loss {losses[name]}", err=True)
     return min(losses, key=lambda k: losses[k]), losses
 
@@ -103,98 +164,187 @@ def _layers(model: Any) -> list[tuple[np.ndarray, np.ndarray]]:
     return [*hidden, (w, b)]
 
 
-def _auto_threshold(score: np.ndarray, right: np.ndarray, target: float) -> tuple[float, int, float]:
-    """The lowest score whose decisions above it are right at least `target` of the time (and at least
-    `MIN_AUTO` of them): (threshold, decisions, precision); 1.01 (never) when none is."""
-    order = np.argsort(-score, kind="stable")
-    hits = np.cumsum(right[order])
-    n = np.arange(1, len(order) + 1)
-    prec = hits / n
-    ok = [k for k in range(len(order)) if n[k] >= MIN_AUTO and prec[k] >= target
-          and (k + 1 == len(order) or score[order[k + 1]] < score[order[k]])]
-    if not ok:
-        return 1.01, 0, 0.0
-    k = max(ok)
-    return float(score[order[k]]), int(n[k]), float(prec[k])
+GRID = tuple(round(1.0 - 0.005 * i, 3) for i in range(141))  # 1.0 down to 0.3
 
 
-def _review_threshold(score: np.ndarray, right: np.ndarray, auto: float) -> tuple[float, int, float]:
-    """The lowest score from which proposals below the automatic threshold are right at least
-    `REVIEW_TARGET` of the time."""
-    band = score < auto
-    return _auto_threshold(np.where(band, score, -1.0), np.where(band, right, False), REVIEW_TARGET)
+def tally(s: Sequence[dict[str, float]], h: Sequence[dict[str, float]], ruled: Sequence[Ruled],
+          cls: Sequence[str], t: Thresholds) -> dict[str, list[int]]:
+    """Decisions and right ones per outcome, with the judge's own decision function."""
+    out = {k: [0, 0] for k in ("merge", "supersede", "review_same", "review_replaces")}
+    names = {"same": "merge", "replaces": "supersede", "review_same": "review_same",
+             "review_replaces": "review_replaces"}
+    for si, hi, (relation, rule, cos), c in zip(s, h, ruled, cls, strict=True):
+        rel, _, _, new_fuller = decide_pair(si, hi, relation, rule, cos, t)
+        if rel not in names:
+            continue
+        if rel == "same":
+            right = c in (("same_new", "same_equal") if new_fuller else ("same_old", "same_equal"))
+        elif rel == "review_same":
+            right = c.startswith("same")
+        else:
+            right = c == "update"
+        out[names[rel]][0] += 1
+        out[names[rel]][1] += right
+    return out
 
 
-def calibrate(probs: np.ndarray, cls: Sequence[str]) -> tuple[Thresholds, dict[str, Any]]:
-    """Thresholds from the calibration split's pairs, as the judge reads them."""
+def calibrate(probs: np.ndarray, head: np.ndarray, ruled: Sequence[Ruled],
+              cls: Sequence[str]) -> tuple[Thresholds, dict[str, Any]]:
+    """Each threshold in turn, the lowest on `GRID` at which its outcome stays right at least the target
+    share of the time (0.97 for an automatic action, with at least `MIN_AUTO` decisions; `REVIEW_TARGET`
+    for proposals), evaluated through `decide_pair` on the calibration split."""
     s = [scores(p) for p in probs]
-    keep_new = np.array([x["keep_new"] for x in s])
-    keep_old = np.array([x["keep_old"] for x in s])
-    update = np.array([x["update"] for x in s])
-    same_any = np.array([x["same"] for x in s])
-    keep = np.maximum(keep_new, keep_old)
-    merge_right = np.array([
-        c in (("same_new", "same_equal") if kn > ko else ("same_old", "same_equal"))
-        for c, kn, ko in zip(cls, keep_new, keep_old, strict=True)])
-    merge_score = np.where(keep >= update, keep, 0.0)
-    is_update = np.array([c == "update" for c in cls])
-    is_same = np.array([c.startswith("same") for c in cls])
-    m_auto, m_n, m_p = _auto_threshold(merge_score, merge_right, TARGET)
-    s_auto, s_n, s_p = _auto_threshold(update, is_update, TARGET)
-    m_rev, mr_n, mr_p = _review_threshold(same_any, is_same, m_auto)
-    s_rev, sr_n, sr_p = _review_threshold(update, is_update, s_auto)
-    th = Thresholds(merge=round(m_auto, 4), merge_review=round(m_rev, 4), supersede=round(s_auto, 4),
-                    supersede_review=round(s_rev, 4), target=TARGET)
-    fig = {"merge": {"decisions": m_n, "precision": round(m_p, 4), "of_mergeable": int(sum(
-               c in ("same_new", "same_old", "same_equal") for c in cls))},
-           "supersede": {"decisions": s_n, "precision": round(s_p, 4), "of_updates": int(is_update.sum())},
-           "merge_review": {"proposals": mr_n, "right": round(mr_p, 4)},
-           "supersede_review": {"proposals": sr_n, "right": round(sr_p, 4)}}
-    return th, fig
+    h = [scores(p) for p in head]
+    t = Thresholds(target=TARGET)
+    plan = (("merge", "merge", TARGET), ("merge_ruled", "merge", TARGET), ("supersede", "supersede", TARGET),
+            ("supersede_ruled", "supersede", TARGET), ("supersede_review", "review_replaces", REVIEW_TARGET),
+            ("merge_review", "review_same", REVIEW_TARGET))
+    for field, outcome, target in plan:
+        best = getattr(t, field)
+        before = tally(s, h, ruled, cls, t)[outcome][0]  # a threshold that adds no decision stays off
+        for g in GRID:
+            n, right = tally(s, h, ruled, cls, replace(t, **{field: g}))[outcome]
+            if n > before and n >= MIN_AUTO and right / n >= target:
+                best = g
+        t = replace(t, **{field: best})
+    got = tally(s, h, ruled, cls, t)
+    mergeable = sum(c in ("same_new", "same_old", "same_equal") for c in cls)
+    updates = sum(c == "update" for c in cls)
+
+    def fig(outcome: str, of: int | None = None) -> dict[str, Any]:
+        n, right = got[outcome]
+        out: dict[str, Any] = {"decisions": n, "precision": round(right / n, 4) if n else None}
+        if of is not None:
+            out |= {"of": of, "recall": round(right / of, 4) if of else None}
+        return out
+
+    return t, {"merge": fig("merge", mergeable), "supersede": fig("supersede", updates),
+               "merge_review": fig("review_same"), "supersede_review": fig("review_replaces")}
+
+
+SWAPPED = {"same_new": "same_old", "same_old": "same_new"}
+
+
+def train_cross(examples: Sequence[tuple[Memory, Memory, str]], epochs: float = 3.0) -> dict[str, Any]:
+    """Fine-tune MiniLM as a cross-encoder on (newer, older, class) examples; write its layers and classifier."""
+    import random
+
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoModel, AutoTokenizer
+
+    random.seed(SEED)
+    torch.manual_seed(SEED)
+    tok = AutoTokenizer.from_pretrained(model_path())
+    enc = AutoModel.from_pretrained(model_path())
+    data: list[tuple[tuple[str, str], int]] = []
+    for new, old, cls in examples:
+        data.append((pair_text(new, old), CLASSES.index(cls)))
+        if cls.startswith("same") or (cls == "none" and random.random() < 0.3):
+            # one fact read the other way round: which is fuller swaps, the time cue stays
+            gap = pair_text(new, old)[1].split(") ", 1)[0] + ") "
+            data.append(((new.text, gap + old.text), CLASSES.index(SWAPPED.get(cls, cls))))
+    for q in enc.embeddings.parameters():
+        q.requires_grad = False
+    head = torch.nn.Linear(2 * enc.config.hidden_size, len(CLASSES))
+    params = [q for q in enc.parameters() if q.requires_grad] + list(head.parameters())
+    opt = torch.optim.AdamW(params, lr=5e-5, weight_decay=0.01)
+    batch = 16
+    steps = int(len(data) * epochs / batch)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda k: min(1.0, (k + 1) / (0.1 * steps)) * max(0.0, (steps - k) / steps))
+
+    def forward(texts: Sequence[tuple[str, str]]) -> Any:
+        x = tok([a for a, _ in texts], [b for _, b in texts], padding=True, truncation=True,
+                max_length=judge_model.CROSS_MAX_TOKENS, return_tensors="pt")
+        x["token_type_ids"] = torch.zeros_like(x["input_ids"])  # the ONNX graph reads no segment ids
+        h = enc(**x).last_hidden_state
+        m = x["attention_mask"].unsqueeze(-1).float()
+        return head(torch.cat([h[:, 0], (h * m).sum(1) / m.sum(1)], dim=-1))
+
+    enc.train()
+    step, start, losses = 0, time.perf_counter(), []
+    with click.progressbar(length=steps, label="cross-encoder", file=sys.stderr) as bar:
+        while step < steps:
+            random.shuffle(data)
+            for i in range(0, len(data) - batch + 1, batch):
+                if step >= steps:
+                    break
+                chunk = data[i:i + batch]
+                loss = torch.nn.functional.cross_entropy(forward([c[0] for c in chunk]),
+                                                         torch.tensor([c[1] for c in chunk]))
+                loss.backward()
+                opt.step()
+                sched.step()
+                opt.zero_grad()
+                losses.append(loss.item())
+                step += 1
+                bar.update(1)
+    tensors = {k: v.detach().to(torch.float16).contiguous() for k, v in enc.state_dict().items()
+               if k.startswith("encoder.")}
+    tensors |= {"head.weight": head.weight.detach().contiguous(), "head.bias": head.bias.detach().contiguous()}
+    save_file(tensors, str(judge_model.MODEL_DIR / judge_model.CROSS_FILE))
+    return {"examples": len(data), "steps": steps, "epochs": epochs,
+            "last_loss": round(float(np.mean(losses[-50:])), 4), "seconds": round(time.perf_counter() - start, 1)}
 
 
 @click.command()
+@click.option("--head-only", is_flag=True, help="Keep the shipped cross-encoder; retrain the head only.")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
-def main(as_json: bool) -> None:
-    """Train, calibrate and write the learned judge (streams/core/models/judge.*)."""
+def main(head_only: bool, as_json: bool) -> None:
+    """Train, calibrate and write the learned judge (streams/core/models/)."""
+    import onnxruntime as ort
+
     start = time.perf_counter()
     labels = [p for p in jc.labelled_pairs() if p["split"] in ("train", "calibration")]  # never "test"
     rows = jc.stream_rows()
     needed = {p["person"] for p in labels}
     click.echo(f"embedding {sum(r['person'] in needed for r in rows)} memories ...", err=True)
-    mems = jc.by_id(jc.memories([r for r in rows if r["person"] in needed], Embedder(batch_size=64)))
+    embed = Embedder(batch_size=64)
+    mems = jc.by_id(jc.memories([r for r in rows if r["person"] in needed], embed))
     train = [p for p in labels if p["split"] == "train"]
     cal = [p for p in labels if p["split"] == "calibration"]
-    click.echo(f"features of {len(train)} train and {len(cal)} calibration pairs ...", err=True)
-    x_tr, x_cal = pair_matrix(train, mems), pair_matrix(cal, mems)
-    y_tr = np.array([CLASSES.index(p["cls"]) for p in train])
-    best, losses = choose(x_tr, y_tr, [p["person"] for p in train])
+    revoiced = revoiced_pairs(train, mems, embed, rows)
+    click.echo(f"features of {len(train)} train (+{len(revoiced)} revoiced) and {len(cal)} calibration pairs ...",
+               err=True)
+    extra = [p for p in train if p["id"] in revoiced]
+    x_tr = np.vstack([pair_matrix(train, mems), features_matrix([revoiced[p["id"]] for p in extra])])
+    x_cal = pair_matrix(cal, mems)
+    y_tr = np.array([CLASSES.index(p["cls"]) for p in [*train, *extra]])
+    best, losses = choose(x_tr, y_tr, [p["person"] for p in [*train, *extra]])
     mean, scale = _standardise(x_tr)
     np.random.seed(SEED)
     model = _candidates()[best]().fit((x_tr - mean) / scale, y_tr)
     graph = judge_model.build_graph(_layers(model), mean, scale)
     judge_model.MODEL_DIR.mkdir(parents=True, exist_ok=True)
     (judge_model.MODEL_DIR / "judge.onnx").write_bytes(graph)
-    probs = judge_model.JudgeModel.__new__(judge_model.JudgeModel)  # the graph as shipped, before its meta
-    import onnxruntime as ort
-
-    probs.session = ort.InferenceSession(graph, providers=["CPUExecutionProvider"])
-    p_cal = probs(x_cal)
-    th, fig = calibrate(p_cal, [p["cls"] for p in cal])
+    examples = [(*revoiced.get(p["id"], (mems[p["newer"]], mems[p["older"]])), p["cls"]) for p in train]
+    cross_fig: dict[str, Any] = {"kept": True} if head_only else train_cross(examples)
+    session = ort.InferenceSession(graph, providers=["CPUExecutionProvider"])  # the graph as shipped
+    p_head = np.asarray(session.run(None, {"x": x_cal})[0])
+    cross = judge_model.CrossEncoder(judge_model.MODEL_DIR / judge_model.CROSS_FILE, threads=0)
+    texts = [pair_text(mems[p["newer"]], mems[p["older"]]) for p in cal]
+    cls = [p["cls"] for p in cal]
+    ruled = rule_readings(cal, mems)
+    th, fig = calibrate(probabilities(p_head, texts, cross), p_head, ruled, cls)
+    _, head_fig = calibrate(p_head, p_head, ruled, cls)
     meta = {
         "classes": list(CLASSES), "features": pf.N_FEATURES, "scalars": list(pf.SCALAR_NAMES),
-        "head": best, "cv_log_loss": losses, "seed": SEED, "thresholds": asdict(th),
-        "calibration": fig, "train_pairs": len(train), "calibration_pairs": len(cal),
+        "head": best, "cv_log_loss": losses, "seed": SEED, "cross": True, "cross_training": cross_fig,
+        "thresholds": asdict(th), "calibration": fig, "calibration_head_alone": head_fig,
+        "train_pairs": len(train), "revoiced_pairs": len(revoiced), "calibration_pairs": len(cal),
         "train_seconds": round(time.perf_counter() - start, 1),
     }
     (judge_model.MODEL_DIR / "judge.json").write_text(json.dumps(meta, indent=2) + "\n")
     judge_model.load.cache_clear()
+    judge_model.load_cross.cache_clear()
     if as_json:
         print(json.dumps(meta, indent=2))
     else:
         click.echo(f"head {best} (cv log-loss {losses[best]}); thresholds {asdict(th)}")
-        click.echo(f"calibration: {json.dumps(fig)}")
-        click.echo(f"wrote {judge_model.MODEL_DIR}/judge.onnx ({len(graph) // 1024} KB) in {meta['train_seconds']} s")
+        click.echo(f"calibration, head and cross-encoder: {json.dumps(fig)}")
+        click.echo(f"calibration, head alone: {json.dumps(head_fig)}")
+        click.echo(f"wrote {judge_model.MODEL_DIR} in {meta['train_seconds']} s")
 
 
 if __name__ == "__main__":

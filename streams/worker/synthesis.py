@@ -76,9 +76,12 @@ def due(state: dict[str, Any], now: str, cadence_days: float) -> bool:
     return syn.is_due(True, syn.MIN_MEMORIES, state.get("last_run"), now, cadence_days)
 
 
-def _user_record(raw: bytes) -> dict[str, Any] | None:
+def _user_record(raw: bytes | None) -> dict[str, Any] | None:
     """A JSON object with a string user_id, else None (what either agent skips)."""
-    body = orjson.loads(raw)
+    try:
+        body = orjson.loads(raw) if raw is not None else None
+    except (orjson.JSONDecodeError, TypeError):
+        return None  # ingest dead-letters it, with the reason
     return body if isinstance(body, dict) and isinstance(body.get("user_id"), str) else None
 
 
@@ -104,8 +107,8 @@ async def synthesis_bookkeeping(stream: faust.StreamT) -> None:
                 state["eligible"] = state.get("eligible", 0) + 1
                 eligible_window[user] += 1
             users_table[user] = state  # reassign: only a set reaches the changelog
-        except Exception:  # a bad record must not stop the partition
-            log.exception("synthesis bookkeeping failed for one record")
+        except Exception as exc:  # a bad record must not stop the partition; one line, no traceback
+            log.warning("synthesis bookkeeping skipped one record: %s: %s", type(exc).__name__, exc)
 
 
 @app.agent(runs_topic, concurrency=1)

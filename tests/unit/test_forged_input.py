@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import base64
+
 import orjson
 import pytest
 
-from dreamstream.schemas.events import InvalidEvent, decode
-from dreamstream.streams.core import memories
+from dreamstream.schemas.events import InvalidEvent, decode, parse_memory_event
+from dreamstream.streams.core import memories, reads
 from dreamstream.streams.core.ingest import Incoming, Processor
 
 
@@ -55,5 +57,29 @@ def test_forged_patterns_never_overwrite_or_point_elsewhere(edge_store, embedder
     stored = edge_store.retrieve(["m-1", "m-2", "p-1"])
     assert stored["m-2"].user_id == "u-2" and stored["m-2"].text == "Bo likes tea."
     assert stored["m-1"].kind == "fact" and "p-1" not in stored
+    # another user's memory id, even with the very same text, is refused (never a "redelivery")
+    assert _process(proc, _event(event_id="e-9", memory_id="m-2", text="Bo likes tea.")) == ["memory_id_conflict"]
     assert _process(proc, _pattern(event_id="e-p5")) == []  # the worker's own kind of pattern is stored
     assert edge_store.retrieve(["p-1"])["p-1"].kind == "pattern"
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("user_id", "u-7 "), ("user_id", "u\x007"), ("user_id", "../../etc/passwd"), ("memory_id", "m\n1"),
+    ("text", "a\x00b"), ("created_at", "0001-01-01T00:00:00Z"), ("created_at", "9999-12-31T00:00:00Z"),
+])
+def test_hostile_fields_are_refused_not_repaired(field: str, value: str) -> None:
+    with pytest.raises(InvalidEvent) as err:
+        parse_memory_event(_event(**{field: value}))
+    assert err.value.reason == "bad_field"
+
+
+def test_dates_keep_four_digit_years_so_strings_sort_in_time() -> None:
+    assert parse_memory_event(_event(created_at="1950-03-01T10:00:00+01:00")).created_at == "1950-03-01T09:00:00Z"
+
+
+def test_reads_never_strip_a_user_and_bound_the_cursor() -> None:
+    with pytest.raises(ValueError, match="surrounding spaces"):
+        reads.read_query({"user": "u-0007 "})
+    cursor = base64.urlsafe_b64encode(orjson.dumps({"o": 2**63})).decode()
+    with pytest.raises(ValueError, match="cursor"):
+        memories._offset(cursor)

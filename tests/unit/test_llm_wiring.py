@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 
 import pytest
 
+from dreamstream.agents.learned_judge import LearnedJudge
 from dreamstream.agents.llm_judge import LLMJudge
 from dreamstream.agents.merge_supersede import OfflineJudge
 from dreamstream.agents.pattern_writer import LLMPatternWriter
@@ -60,7 +61,9 @@ def configured(**env: str | None) -> settings.Settings:
 
 
 def test_settings_choose_the_judge_and_refuse_half_configurations() -> None:
-    offline = judges.judge_from_settings(configured())
+    learned = judges.judge_from_settings(configured())
+    assert isinstance(learned, LearnedJudge) and learned.rules.featurize is not None
+    offline = judges.judge_from_settings(configured(judge="offline"))
     assert isinstance(offline, OfflineJudge) and offline.featurize is not None
     llm = judges.judge_from_settings(configured(judge="llm", llm_url="http://127.0.0.1:1/v1", llm_model="m"))
     assert isinstance(llm, LLMJudge)

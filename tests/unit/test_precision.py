@@ -204,10 +204,9 @@ def test_an_abstention_is_a_review_item_the_pass_lists_and_resolves(edge_store, 
     from dreamstream.streams.core import consolidation as runner
 
     proc = Processor(edge_store, embedder)
-    same_run = {"run_id": "chat-7"}
-    result = proc.process([
-        Incoming(line(event(1, "u1", "Tomas lives in Porto.", day=2, **same_run))),
-        Incoming(line(event(2, "u1", "Tomas moved to Braga.", day=2, **same_run))),
+    result = proc.process([  # a likely update, not a sure one: the half marathon may be a step towards it
+        Incoming(line(event(1, "u1", "Tomas is training for a marathon.", day=2))),
+        Incoming(line(event(2, "u1", "Tomas ran a half marathon in Lisbon.", day=9))),
     ])
     assert result.decisions == {"review": 1}
     old, new = edge_store.retrieve(["m-u1-1", "m-u1-2"]).values()
@@ -249,8 +248,8 @@ def test_undoing_a_review_item_dismisses_it(edge_store, embedder: Embedder) -> N
 
     proc = Processor(edge_store, embedder)
     result = proc.process([
-        Incoming(line(event(1, "u1", "Tomas lives in Porto.", day=2, run_id="chat-7"))),
-        Incoming(line(event(2, "u1", "Tomas moved to Braga.", day=2, run_id="chat-7"))),
+        Incoming(line(event(1, "u1", "Tomas is training for a marathon.", day=2))),
+        Incoming(line(event(2, "u1", "Tomas ran a half marathon in Lisbon.", day=9))),
     ])
     [review] = result.status_events
     active = {m.memory_id: m for m in edge_store.scroll({"user_id": "u1"})}

@@ -57,7 +57,7 @@ def test_defaults() -> None:
     assert (s.batch_size, s.batch_within, s.session_timeout, s.stall_seconds) == (256, 0.5, 30.0, 30.0)
     assert (s.http_host, s.http_port, s.synthesis_check_seconds, s.llm_timeout) == ("127.0.0.1", 6066, 60.0, 10.0)
     assert (s.judge, s.synthesis_text, s.synthesis_cadence, s.synthesis_cadence_days) == (
-        "offline", "offline", "weekly", 7.0)
+        "learned", "offline", "weekly", 7.0)
     assert all(getattr(s, f) is None for f in ("qdrant_url", "qdrant_api_key", "control_token", "retention_file",
                                                 "nli_model", "llm_url", "llm_model", "llm_api_key"))
     assert (s.topics.memory_added, s.topics.memory_status, s.topics.patterns, s.topics.dead_letters) == (
@@ -83,7 +83,7 @@ def test_overrides_are_read_when_load_is_called(clean_env: pytest.MonkeyPatch) -
     clean_env.setenv("DREAM_TOPIC_MEMORY_ADDED", "tenant-a.memory.added")  # a nested topic
     clean_env.setenv("DREAM_PARTITIONS", "12")
     s = load()
-    assert before.judge == "offline" and before.topics.partitions == 4  # read at call time, not import
+    assert before.judge == "learned" and before.topics.partitions == 4  # read at call time, not import
     assert s.broker == "b1:9092,kafka://b2:9093"
     assert (s.broker_url, s.bootstrap_servers) == ("kafka://b1:9092,kafka://b2:9093", "b1:9092,b2:9093")
     assert (s.judge, s.batch_size, s.batch_within, s.synthesis_cadence_days) == ("llm", 128, 0.25, 2.5)
@@ -102,7 +102,7 @@ def test_only_the_named_variable_is_read(clean_env: pytest.MonkeyPatch, tmp_path
     (tmp_path / ".env").write_text("DREAM_JUDGE=llm\nDREAM_PARTITIONS=9\n")
     clean_env.chdir(tmp_path)
     s = load()
-    assert (s.judge, s.batch_size, s.topics.partitions) == ("offline", 256, 4)
+    assert (s.judge, s.batch_size, s.topics.partitions) == ("learned", 256, 4)
 
 
 @pytest.mark.parametrize(("name", "value", "problem"), [
