@@ -339,7 +339,9 @@ def main(head_only: bool, as_json: bool) -> None:
     judge_model.MODEL_DIR.mkdir(parents=True, exist_ok=True)
     (judge_model.MODEL_DIR / "judge.onnx").write_bytes(graph)
     examples = [(*revoiced.get(p["id"], (mems[p["newer"]], mems[p["older"]])), p["cls"]) for p in train]
-    cross_fig: dict[str, Any] = {"kept": True} if head_only else train_cross(examples)
+    before = judge_model.MODEL_DIR / "judge.json"
+    kept = json.loads(before.read_text()).get("cross_training", {}) if before.exists() else {}
+    cross_fig: dict[str, Any] = {**kept, "kept": True} if head_only else train_cross(examples)
     session = ort.InferenceSession(graph, providers=["CPUExecutionProvider"])  # the graph as shipped
     p_head = np.asarray(session.run(None, {"x": x_cal})[0])
     cross = judge_model.CrossEncoder(judge_model.MODEL_DIR / judge_model.CROSS_FILE, threads=0)
