@@ -165,3 +165,21 @@ def coverage(other: TokenFeatures, kept: TokenFeatures, threshold: float = WORD_
         if best < threshold:
             missing.append(w)
     return Coverage(missing=tuple(missing), weakest=round(weakest, 4), required=required)
+
+
+class CoverageMemo:
+    """`coverage` remembered per pair of feature objects, for one judging pass: the rule judge and the
+    learned judge's features both align the same pairs. Keyed by identity: use it only while the
+    features it saw are alive (one `judge` call), then drop it."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[int, int], tuple[TokenFeatures, TokenFeatures, Coverage]] = {}
+
+    def __call__(self, other: TokenFeatures, kept: TokenFeatures) -> Coverage:
+        key = (id(other), id(kept))
+        hit = self._seen.get(key)
+        if hit is not None and hit[0] is other and hit[1] is kept:
+            return hit[2]
+        cov = coverage(other, kept)
+        self._seen[key] = (other, kept, cov)
+        return cov

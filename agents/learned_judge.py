@@ -21,11 +21,12 @@ judge: a merge never hides a name or number the kept memory lacks; pinned memori
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
+from dreamstream.agents import alignment as al
 from dreamstream.agents import pair_features as pf
 from dreamstream.agents.merge_supersede import OfflineJudge, Relation, Verdict
 from dreamstream.schemas.memory import Memory
@@ -128,8 +129,10 @@ class LearnedJudge:
             return []
         feats = self.rules.features([new, *candidates])
         fn = feats[0]
-        ruled = [self.rules.judge_pair(new, c, fn, fo) for c, fo in zip(candidates, feats[1:], strict=True)]
-        x = pf.matrix([pf.pair_vector(new, c, fn, fo, r.relation, r.rule)
+        memo = al.CoverageMemo()  # the rules and the features align the same pairs: once each way
+        rules = replace(self.rules, memo=memo)
+        ruled = [rules.judge_pair(new, c, fn, fo) for c, fo in zip(candidates, feats[1:], strict=True)]
+        x = pf.matrix([pf.pair_vector(new, c, fn, fo, r.relation, r.rule, memo)
                        for c, fo, r in zip(candidates, feats[1:], ruled, strict=True)])
         head = np.asarray(self.predict(x), np.float64)
         probs = probabilities(head, [pair_text(new, c) for c in candidates], self.cross)

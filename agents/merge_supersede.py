@@ -114,6 +114,8 @@ class OfflineJudge:
     role_match: float = 0.75
     strict_role_match: float = 0.85
     _legacy: dict[str, al.TokenFeatures] = field(default_factory=dict, repr=False)
+    memo: al.CoverageMemo | None = field(default=None, repr=False)
+    """Set for one judging pass by a judge that aligns the same pairs again (the learned judge)."""
 
     def features(self, memories: Sequence[Memory]) -> list[al.TokenFeatures | None]:
         """Each memory's stored word features; computed (and kept in process) only where missing."""
@@ -168,7 +170,8 @@ class OfflineJudge:
 
         ended = self._ended(new.text, old.text, fn, fo)
         neg_new, neg_old = tf.has_negation(new.text), tf.has_negation(old.text)
-        old_in_new, new_in_old = al.coverage(fo, fn), al.coverage(fn, fo)
+        cover = self.memo or al.coverage
+        old_in_new, new_in_old = cover(fo, fn), cover(fn, fo)
         scores.update({"old_in_new_weakest": old_in_new.weakest, "new_in_old_weakest": new_in_old.weakest})
 
         if neg_new != neg_old and not ended:

@@ -14,7 +14,7 @@ MiniLM enters through what it measures of the pair:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -73,11 +73,15 @@ def one_session(new: Memory, old: Memory) -> bool:
     return days is None or abs(days) * 86400.0 < SESSION_GAP_S
 
 
-def _align(other: al.TokenFeatures | None, kept: al.TokenFeatures | None) -> tuple[float, float, float, float]:
+Cover = Callable[[al.TokenFeatures, al.TokenFeatures], al.Coverage]
+
+
+def _align(other: al.TokenFeatures | None, kept: al.TokenFeatures | None,
+           cover: Cover = al.coverage) -> tuple[float, float, float, float]:
     """(full, fraction of other's words missing in kept, weakest match, mean best match)."""
     if other is None or kept is None or not other.words:
         return 0.0, 1.0, 0.0, 0.0
-    cov = al.coverage(other, kept)
+    cov = cover(other, kept)
     if len(kept.words):
         best = (other.vecs @ kept.vecs.T).max(axis=1)
         mean = float(np.clip(best, 0.0, 1.0).mean())
@@ -100,7 +104,7 @@ def _unmatched(fn: al.TokenFeatures | None, fo: al.TokenFeatures | None) -> tupl
 
 
 def scalars(new: Memory, old: Memory, fn: al.TokenFeatures | None, fo: al.TokenFeatures | None,
-            rule: str, why: str) -> list[float]:
+            rule: str, why: str, cover: Cover = al.coverage) -> list[float]:
     """The evidence, in `SCALAR_NAMES` order; `rule` / `why` are the rule judge's relation and rule name."""
     cos = float(np.dot(_vec(new), _vec(old)))
     nt, ot = new.text, old.text
@@ -116,7 +120,7 @@ def scalars(new: Memory, old: Memory, fn: al.TokenFeatures | None, fo: al.TokenF
     family = why.split(":", 1)[0]
     return [
         cos, exact,
-        *_align(fo, fn), *_align(fn, fo),
+        *_align(fo, fn, cover), *_align(fn, fo, cover),
         un_n, un_o, sub, float(bool(names_n - names_o) and bool(names_o - names_n)),
         math.log1p(wn), math.log1p(wo), (wn + 1) / (wo + 1),
         float(len(names_n - names_o)), float(len(names_o - names_n)),
@@ -135,9 +139,9 @@ def scalars(new: Memory, old: Memory, fn: al.TokenFeatures | None, fo: al.TokenF
 
 
 def pair_vector(new: Memory, old: Memory, fn: al.TokenFeatures | None, fo: al.TokenFeatures | None,
-                rule: str, why: str = "") -> np.ndarray:
+                rule: str, why: str = "", cover: Cover = al.coverage) -> np.ndarray:
     """The whole feature vector of one pair (`N_FEATURES` floats)."""
-    return np.asarray(scalars(new, old, fn, fo, rule, why), np.float32)
+    return np.asarray(scalars(new, old, fn, fo, rule, why, cover), np.float32)
 
 
 def matrix(rows: Sequence[np.ndarray]) -> np.ndarray:

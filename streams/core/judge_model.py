@@ -166,9 +166,7 @@ def load_cross(folder: Path = MODEL_DIR) -> CrossEncoder | None:
     """The cross-encoder, or None where the model was trained without one (`judge.json` says)."""
     if not load(folder).meta.get("cross"):
         return None
-    from dreamstream.streams import settings
-
-    return CrossEncoder(folder / CROSS_FILE, settings.load().embed_threads or os.cpu_count() or 1)
+    return CrossEncoder(folder / CROSS_FILE, threads=1)  # the embedder's thread runs beside it: no oversubscription
 
 
 def learned_judge(featurize: FeaturesOf | None = None, folder: Path = MODEL_DIR) -> LearnedJudge:
