@@ -146,12 +146,20 @@ class LearnedJudge:
         return Verdict(old.memory_id, rel, round(conf, 4), f"learned:{why}", shown, new_fuller)
 
 
+VETOES = frozenset(("different_subject", "roles_swapped", "polarity_differs"))
+"""Truths the models do not see and the rules do: the statement is about someone else ("My wife banks
+with Monzo"), the same people or places in exchanged roles ("from Oslo to Madrid" / "from Madrid to
+Oslo"), or the opposite polarity without a reversal ("I eat fish" / "I never eat raw fish"). Such a
+pair is never one fact nor an update; without these the learned judge merged them (heldout case)."""
+
+
 def decide_pair(s: dict[str, float], h: dict[str, float], rule_relation: str, rule: str, cos: float,
                 t: Thresholds) -> tuple[Relation, float, str, bool | None]:
     """(relation, confidence, reason, new memory fuller) from the combined scores `s`, the head's own
     `h` and the rule judge's reading; `make train-judge` calibrates `t` through this very function."""
-    if rule == "another_occasion" and cos >= 0.999:
-        return "unrelated", 0.0, "another_occasion", None  # the same words of two days: two events
+    family = rule.split(":", 1)[0]
+    if family in VETOES or (rule == "another_occasion" and cos >= 0.999):
+        return "unrelated", 0.0, f"rule:{family}", None
     new_fuller, keep = merge_choice(s)
     if rule == "exact_text":
         return "same", max(keep, 0.99), "exact_text", False

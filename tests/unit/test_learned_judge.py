@@ -10,10 +10,11 @@ import pytest
 
 from dreamstream.agents import merge_supersede as ms
 from dreamstream.agents import pair_features as pf
-from dreamstream.agents.learned_judge import CLASSES, LearnedJudge, Thresholds
+from dreamstream.agents.learned_judge import CLASSES, LearnedJudge, Thresholds, probabilities
 from dreamstream.schemas.memory import Memory
 from dreamstream.streams.core import judge_model
 from dreamstream.streams.dev import train_judge
+from dreamstream.streams.dev.judge_corpus import person_name, revoiced, split_of
 
 
 @pytest.fixture(scope="module")
@@ -111,3 +112,25 @@ def test_thresholds_act_only_above_calibration() -> None:
     old = Memory(memory_id="m-1", user_id="u", text="x", created_at="2026-01-01T00:00:00Z",
                  updated_at="2026-01-01T00:00:00Z")
     assert j.verdict(old, ruled, row).relation == "review_replaces"
+
+
+def test_the_cross_encoder_reads_only_the_pairs_the_head_leaves_open() -> None:
+    head = np.array([[0.95, 0, 0, 0, 0, 0.05], [0.3, 0, 0, 0, 0, 0.7]])
+    asked: list[list[tuple[str, str]]] = []
+
+    def cross(pairs):  # type: ignore[no-untyped-def]
+        asked.append(list(pairs))
+        return np.array([[0.9, 0, 0, 0, 0, 0.1]] * len(pairs))
+
+    out = probabilities(head, [("a", "b"), ("c", "d")], cross)
+    assert asked == [[("c", "d")]]
+    assert np.allclose(out[0], head[0])  # ruled out by the head: left as it was
+    assert out[1, 5] < 0.5  # both must see an update: the cross-encoder did not
+
+
+def test_corpus_splits_keep_every_writer_in_every_split_and_revoice_subjects() -> None:
+    splits = [split_of(f"w3-p{k}") for k in range(1, 7)]
+    assert sorted(splits) == ["calibration", "calibration", "test", "train", "train", "train"]
+    assert revoiced("I moved to Berlin.", None) == "User moved to Berlin."
+    assert revoiced("Kofi's son Yaw is 3.", "Kofi") == "User's son Yaw is 3."
+    assert person_name(["Darius lives in Toronto.", "Darius's sister is a nurse.", "The bank hired him."]) == "Darius"
