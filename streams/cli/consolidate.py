@@ -109,6 +109,19 @@ async def publish_events(events: list[dict[str, Any]], store_dir: str | None) ->
             await producer.stop()
 
 
+async def finish_interrupted(store: Any, store_dir: str | None) -> None:
+    """Before a command writes: a pass or undo a crash left half-applied is finished (core/changes.py)
+    and its status events sent."""
+    from dreamstream.streams.core import changes
+
+    events = changes.recover(store)
+    if events:
+        click.echo(f"finished an interrupted change ({len(events)} status events)", err=True)
+        note = await publish_events(events, store_dir)
+        click.echo(note, err=True)
+        changes.sent(store, events)
+
+
 @click.command()
 @click.option("--user", "user", default=None, help="Whose memories (required for a pass).")
 @click.option("--app", "app_id", default=None, help="Only this app's (project's) memories.")
@@ -130,6 +143,7 @@ async def consolidate(user: str | None, app_id: str | None, auto: bool, dry_run:
                       retention_file: str | None, store_dir: str | None) -> None:
     """The consolidation pass over one user's (or one app's) memories, with a report to approve."""
     from dreamstream.agents import consolidation as cons
+    from dreamstream.streams.core import changes
     from dreamstream.streams.core import consolidation as runner
     from dreamstream.streams.core.embedding import shared_embedder
 
@@ -167,6 +181,8 @@ async def consolidate(user: str | None, app_id: str | None, auto: bool, dry_run:
         click.echo(f"warning: {warning}", err=True)
     store = open_configured_store(store_dir)
     try:
+        if not dry_run:
+            await finish_interrupted(store, store_dir)
         bar = _fetch_progress(store, user, app_id)
         if bar is not None:
             with bar:
@@ -184,9 +200,13 @@ async def consolidate(user: str | None, app_id: str | None, auto: bool, dry_run:
             click.echo("(dry run: no changes made)")
             return
         applying = f"Applying: {len(plan.merges)} merges, {len(plan.prunes)} prunes (embedding merged texts)…"
+        pass_id = runner.new_pass_id(plan)
+        started = f"pass {pass_id} (undo it with: dream undo {pass_id})"
         if auto:
             note_stage(applying)
-            outcome, events = runner.apply_plan(store, shared_embedder(), plan, hard_delete=hard_delete, reminder=True)
+            click.echo(started, err=True)
+            outcome, events = runner.apply_plan(store, shared_embedder(), plan, hard_delete=hard_delete,
+                                                reminder=True, pass_id=pass_id)
             click.echo(cons.auto_line(plan.project, outcome))
             if outcome.reminder_id:
                 click.echo(f"stored a reminder ({outcome.reminder_id}): {outcome.skipped} conflicts need review")
@@ -203,7 +223,9 @@ async def consolidate(user: str | None, app_id: str | None, auto: bool, dry_run:
                 click.echo(cons.CANCELLED)
                 return
             note_stage(applying)
-            outcome, events = runner.apply_plan(store, shared_embedder(), plan, choices, hard_delete=hard_delete)
+            click.echo(started, err=True)
+            outcome, events = runner.apply_plan(store, shared_embedder(), plan, choices, hard_delete=hard_delete,
+                                                pass_id=pass_id)
             click.echo(cons.render_summary(outcome))
         if hard_delete and outcome.pruned:
             click.echo(f"{outcome.pruned} memories were deleted permanently (--hard-delete); they cannot be restored.")
@@ -212,6 +234,7 @@ async def consolidate(user: str | None, app_id: str | None, auto: bool, dry_run:
         note = await publish_events(events, store_dir)
         if note:
             click.echo(note, err=True)
+        changes.sent(store, events)
         runner.note_run(store_dir or settings.store_dir, {"type": "pass", "user": user, "app": app_id,
                                                             **outcome.to_dict()})
     finally:

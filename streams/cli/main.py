@@ -21,6 +21,7 @@ from dreamstream.streams.cli.common import (
     open_configured_store,
     print_rows,
     progress_bar,
+    run_async,
     settings,
     store_option,
 )
@@ -154,19 +155,29 @@ def search(text: str, store_dir: str | None, user: str, latest_only: bool,
 @dream.command()
 @click.argument("decision_id")
 @store_option
-def undo(decision_id: str, store_dir: str | None) -> None:
-    """Revert one decision: both memories get their earlier status and links back."""
+@run_async
+async def undo(decision_id: str, store_dir: str | None) -> None:
+    """Revert one decision: both memories get their earlier status and links back (crash-safe; its
+    status events go to Kafka, or to the outbox file beside the store when no broker answers)."""
+    from dreamstream.streams.cli.consolidate import finish_interrupted, publish_events
+    from dreamstream.streams.core import changes
     from dreamstream.streams.core.undo import undo_decision
 
     store = open_configured_store(store_dir)
     try:
-        events = undo_decision(store, decision_id)
-    except (KeyError, ValueError) as exc:
+        await finish_interrupted(store, store_dir)
+        try:
+            events = undo_decision(store, decision_id).events
+        except (KeyError, ValueError) as exc:
+            raise click.ClickException(str(exc.args[0])) from exc
+        for ev in events:
+            click.echo(f"{ev['memory_id']}: {ev['from_status']} -> {ev['to_status']} (undo of {decision_id})")
+        note = await publish_events(events, store_dir)
+        if note:
+            click.echo(note, err=True)
+        changes.sent(store, events)
+    finally:
         store.close()
-        raise click.ClickException(str(exc.args[0])) from exc
-    for ev in events:
-        click.echo(f"{ev['memory_id']}: {ev['from_status']} -> {ev['to_status']} (undo of {decision_id})")
-    store.close()
 
 
 for command in (consolidate, schedule, stats, provenance, control, synthesis, synthesize, mcp):

@@ -26,6 +26,7 @@ import numpy as np
 from dreamstream.agents import consolidation as cons
 from dreamstream.schemas.events import now_iso, status_event
 from dreamstream.schemas.memory import EMBEDDING_DIM, LINK_FIELDS, Memory
+from dreamstream.streams.core import changes
 from dreamstream.streams.core.ingest import BatchResult, Processor, embed_with_features
 from dreamstream.streams.core.judges import judge_from_settings
 from dreamstream.streams.settings import load
@@ -95,6 +96,22 @@ def _snapshot(m: Memory) -> dict[str, Any]:
     return {k: (list(v) if isinstance(v := getattr(m, k), list) else v) for k in LINK_FIELDS}
 
 
+def new_pass_id(plan: cons.Plan, seed: str | None = None) -> str:
+    """A pass's id, known before its first write (printed, so that `dream undo` has it even after a
+    crash). With `seed` (a control command's id) it is the same on every delivery of that command."""
+    basis = f"{plan.plan_id}|{now_iso()}" if seed is None else f"command|{seed}"
+    return "cons-" + hashlib.sha256(basis.encode()).hexdigest()[:16]
+
+
+def find_pass(store: MemoryStore, pass_id: str) -> dict[str, Any] | None:
+    """The record of a pass already applied (a redelivered command), or None."""
+    for m in store.scroll({"decision_ids": pass_id}):
+        for rec in m.decisions:
+            if rec.get("decision_id") == pass_id and rec.get("action") == "consolidate":
+                return rec
+    return None
+
+
 def apply_plan(
     store: MemoryStore,
     embed: Embed,
@@ -103,15 +120,41 @@ def apply_plan(
     *,
     hard_delete: bool = False,
     reminder: bool = False,
+    pass_id: str | None = None,
 ) -> tuple[cons.Outcome, list[dict[str, Any]]]:
-    """Merges, then resolved conflicts, then prunes; returns what was done and its status events.
+    """Merges, then resolved conflicts, then prunes, written as one crash-safe change
+    (core/changes.py); returns what was done and its status events, which the caller publishes and
+    then hands to `changes.sent` (the store keeps them as unsent until then).
 
     `choices` maps a conflict's index to "A", "B" or None (skip); a missing index skips. With
     `reminder`, skipped conflicts leave a task_learning memory saying how to review them.
     """
+    outcome, change = prepare_pass(store, embed, plan, choices, hard_delete=hard_delete, reminder=reminder,
+                                   pass_id=pass_id)
+    if change.empty:
+        return outcome, []
+    if change.holder:
+        changes.apply(store, change)
+    else:  # only hard deletes, nothing kept to carry the intent: one write, events from the caller
+        store.delete(change.deletes)
+    store.flush()
+    return outcome, change.events
+
+
+def prepare_pass(
+    store: MemoryStore,
+    embed: Embed,
+    plan: cons.Plan,
+    choices: Mapping[int, str | None] | None = None,
+    *,
+    hard_delete: bool = False,
+    reminder: bool = False,
+    pass_id: str | None = None,
+) -> tuple[cons.Outcome, changes.Change]:
+    """Everything a pass will write, computed before the first write (see `apply_plan`)."""
     choices = choices or {}
     stamp = now_iso()
-    did = "cons-" + hashlib.sha256(f"{plan.plan_id}|{stamp}".encode()).hexdigest()[:16]
+    did = pass_id or new_pass_id(plan)
     outcome = cons.Outcome(hard_delete=hard_delete, decision_id=did)
     evidence: dict[str, Any] = {"plan_id": plan.plan_id, "pass": did, "judge": "consolidate"}
     events: list[dict[str, Any]] = []
@@ -176,31 +219,29 @@ def apply_plan(
         created.append(_reminder(store, embed, plan, outcome.skipped, stamp, did))
         outcome.reminder_id = created[-1].memory_id
         event(created[-1], None, "active", None, "consolidate_new", {"reminder": True})
+    holder = changes.holder_of(created, list(touched), deleted)
+    change = changes.Change(change_id=did, holder=holder or "", creates=created, deletes=deleted, events=events)
     if not events:
-        return outcome, []
+        return outcome, change
     record = {
         "decision_id": did, "action": "consolidate", "new_id": None, "at": stamp, "evidence": evidence,
         "targets": [mid for mid in touched if mid not in deleted], "created": [m.memory_id for m in created],
         "deleted": deleted, "before": {k: v for k, v in before.items() if k not in deleted},
+        "outcome": outcome.to_dict(),
     }
-    owner = created[0] if created else next((m for mid, m in touched.items() if mid not in deleted), None)
     for m in created:
-        if m is owner:
+        if m.memory_id == holder:
             m.decisions = [*m.decisions, record]
-    store.upsert(created)
     for mid, m in touched.items():
         if mid in deleted:
             continue
         fields: dict[str, Any] = {k: getattr(m, k) for k in LINK_FIELDS}
         fields["decision_ids"] = [*m.decision_ids, did]
         fields["updated_at"] = stamp
-        if m is owner:
+        if mid == holder:
             fields["decisions"] = [*m.decisions, record]
-        store.update(mid, fields)
-    if deleted:
-        store.delete(deleted)
-    store.flush()
-    return outcome, events
+        change.set(mid, fields)
+    return outcome, change
 
 
 def _reminder(store: MemoryStore, embed: Embed, plan: cons.Plan, skipped: int, stamp: str, did: str) -> Memory:
@@ -247,16 +288,19 @@ def plan_from_dict(store: MemoryStore, data: Mapping[str, Any]) -> cons.Plan:
 
 def control(proc: Any, command: str, args: Mapping[str, Any], retention: Mapping[str, int | None] | None,
             data_dir: str | None = None,
-            observe: Callable[[str, str, float], None] | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+            observe: Callable[[str, str, float], None] | None = None,
+            command_id: str | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The control topic's consolidate.run / approve / reject (runs on the worker's store thread).
 
     run with mode dry_run saves the plan and replies with it (approve applies it by id, conflicts at
     their likely winner); mode auto applies merges and prunes at once, as `dream consolidate --auto`.
-    `observe(kind, status, seconds)` is told how each run went (the worker's metrics)."""
+    `observe(kind, status, seconds)` is told how each run went (the worker's metrics). With
+    `command_id` the pass id comes from it: a redelivered command whose pass was applied (and finished
+    by `changes.recover` after a crash) is answered from the pass's record, not run again."""
     started = time.monotonic()
     kind = "approve" if command == "consolidate.approve" else str(args.get("mode", "dry_run"))
     try:
-        out = _control(proc, command, args, retention, data_dir or load().data_dir)
+        out = _control(proc, command, args, retention, data_dir or load().data_dir, command_id)
     except Exception:
         if observe:
             observe(kind, "error", time.monotonic() - started)
@@ -266,16 +310,34 @@ def control(proc: Any, command: str, args: Mapping[str, Any], retention: Mapping
     return out
 
 
+def _repeated(store: MemoryStore, command: str, command_id: str | None) -> dict[str, Any] | None:
+    if command_id is None or command == "consolidate.reject":
+        return None
+    pass_id = "cons-" + hashlib.sha256(f"command|{command_id}".encode()).hexdigest()[:16]
+    record = find_pass(store, pass_id)
+    return None if record is None else dict(record.get("outcome") or {"decision_id": pass_id})
+
+
 def _control(proc: Any, command: str, args: Mapping[str, Any], retention: Mapping[str, int | None] | None,
-             data_dir: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+             data_dir: str, command_id: str | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     policies = {**cons.DEFAULT_RETENTION, **(retention or {})}
+    done = _repeated(proc.store, command, command_id)
+    if done is not None:
+        outcome = cons.Outcome(**done)
+        if command == "consolidate.approve":
+            (Path(data_dir) / PLANS_DIR / f"{args['plan_id']}.json").unlink(missing_ok=True)
+            return {"plan_id": args["plan_id"], "approved": True, "summary": cons.render_summary(outcome),
+                    **done}, []
+        return {"mode": "auto", "line": cons.auto_line(project_of(str(args["user"]), args.get("app")), outcome),
+                **done}, []
     if command == "consolidate.run":
         user, app = str(args["user"]), args.get("app")
         plan, found = make_plan(proc.store, user, app, policies)
         if not found:
             return {"project": plan.project, "found": 0, "message": cons.no_memories(plan.project)}, []
         if args.get("mode", "dry_run") == "auto":
-            outcome, events = apply_plan(proc.store, proc.embed, plan, reminder=True)
+            outcome, events = apply_plan(proc.store, proc.embed, plan, reminder=True,
+                                         pass_id=None if command_id is None else new_pass_id(plan, command_id))
             return {"mode": "auto", "line": cons.auto_line(plan.project, outcome), **outcome.to_dict()}, events
         save_plan(data_dir, plan)
         return {"mode": "dry_run", "report": cons.report_without_prompt(plan), **plan.to_dict()}, []
@@ -288,7 +350,8 @@ def _control(proc: Any, command: str, args: Mapping[str, Any], retention: Mappin
     data = json.loads(path.read_text(encoding="utf-8"))
     plan = plan_from_dict(proc.store, data)
     choices = {i: c.likely for i, c in enumerate(plan.conflicts)}
-    outcome, events = apply_plan(proc.store, proc.embed, plan, choices)
+    outcome, events = apply_plan(proc.store, proc.embed, plan, choices,
+                                 pass_id=None if command_id is None else new_pass_id(plan, command_id))
     path.unlink()
     return {"plan_id": args["plan_id"], "approved": True, "summary": cons.render_summary(outcome),
             **outcome.to_dict()}, events
@@ -410,13 +473,13 @@ def full(store: MemoryStore, user_id: str | None = None, dry_run: bool = False, 
                              if d.action in ("merge_new", "merge_old")]
                 if decisions and not dry_run:
                     result = BatchResult()
-                    writes: dict[str, dict[str, Any]] = {}
+                    change = changes.Change(change_id=decisions[0].decision_id, holder=m.memory_id)
                     for d in decisions:
                         for tid, fields in applier.apply_decision(d, m, dict(live), result).items():
-                            writes.setdefault(tid, {}).update(fields)
-                    store.update(m.memory_id, {k: getattr(m, k) for k in (*LINK_FIELDS, "decision_ids", "decisions")})
-                    for tid, fields in writes.items():
-                        store.update(tid, fields)
+                            change.set(tid, fields)
+                    change.set(m.memory_id, {k: getattr(m, k) for k in (*LINK_FIELDS, "decision_ids", "decisions")})
+                    change.events = result.status_events
+                    changes.apply(store, change)  # crash-safe; the events are sent as unsent ones
                     events += result.status_events
                     for d in decisions:
                         for t in d.targets if d.action == "merge_old" else ():

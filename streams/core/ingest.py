@@ -8,6 +8,7 @@ the pure agents (dreamstream.agents.*); this module only reads and writes the st
 from __future__ import annotations
 
 import copy
+import hashlib
 import logging
 import os
 import time
@@ -561,42 +562,84 @@ class Processor:
         result.decisions[decision.action] += 1
         return writes
 
-    def undo(self, decision_id: str) -> list[dict[str, Any]]:
-        """Reverts one decision (core/undo.py); KeyError when unknown, ValueError when undone already."""
-        return undo_decision(self.store, decision_id)
+    def undo(self, decision_id: str, by: str | None = None) -> list[dict[str, Any]]:
+        """Reverts one decision (core/undo.py), crash-safe; returns its status events, kept unsent in
+        the store until `changes.sent`. KeyError when unknown, ValueError when undone already."""
+        return undo_decision(self.store, decision_id, by).events
 
-    def reprocess_user(self, user_id: str, backup_dir: str | None = None) -> BatchResult:
+    def reprocess_user(self, user_id: str, backup_dir: str, run_id: str | None = None) -> BatchResult:
         """Re-derives one user's statuses and links from scratch, in created_at order (after a judge changed).
 
         The user's facts are taken out and fed back through `process` with their stored vectors, ids
         and texts, exactly as a replay would; expired memories and patterns stay as they are. The
         earlier decisions' records are replaced by the new ones (their status events say what changed).
-        The events are first written to `backup_dir` (a JSONL file `dream replay` can restore from if
-        the process dies between the delete and the re-add) and the file is removed once done.
+
+        Crash-safe: the events are first written to a backup in `backup_dir` (the intent: fsynced and
+        renamed into place before anything is deleted), then a marker once the delete is done. A run
+        that finds the backup finishes it from there, never reads the half-emptied user again; `process`
+        itself is idempotent on redelivery. With `run_id` (a control command's id), a run that finished
+        already answers from its record instead of running again.
         """
+        os.makedirs(backup_dir, exist_ok=True)
+        name = hashlib.sha256(user_id.encode()).hexdigest()[:24]
+        backup = os.path.join(backup_dir, f"reprocess-{name}.jsonl")
+        deleted = backup + ".deleted"
+        done = os.path.join(backup_dir, f"done-{hashlib.sha256(run_id.encode()).hexdigest()[:24]}.json") \
+            if run_id else None
+        if done is not None and os.path.exists(done):
+            with open(done, "rb") as f:
+                summary = orjson.loads(f.read())
+            result = BatchResult()
+            result.outcomes.update(summary["outcomes"])
+            result.decisions.update(summary["decisions"])
+            return result
+        if os.path.exists(backup):
+            with open(backup, "rb") as f:
+                events = [orjson.loads(line) for line in f.read().splitlines() if line.strip()]
+            log.warning("reprocess of %s: finishing an interrupted run (%d memories)", user_id, len(events))
+        else:
+            events = self._reprocess_events(user_id)
+            _write_durably(backup, b"".join(orjson.dumps(ev) + b"\n" for ev in events))
+        if not os.path.exists(deleted):
+            self.store.delete([ev["memory_id"] for ev in events])
+            self.store.flush()
+            _write_durably(deleted, b"")
+        faults.point("stored")
+        result = self.process([Incoming(raw=ev, topic="reprocess") for ev in events])
+        self.store.flush()
+        if done is not None:
+            _write_durably(done, orjson.dumps({"outcomes": dict(result.outcomes), "decisions": dict(result.decisions)}))
+        os.remove(deleted)
+        os.remove(backup)
+        return result
+
+    def _reprocess_events(self, user_id: str) -> list[dict[str, Any]]:
         facts = sorted(
             (m for m in self.store.scroll({"user_id": user_id, "kind": "fact"}, with_vectors=True)
              if m.status in ("active", "superseded", "merged")),
             key=lambda m: (m.created_at, m.memory_id),
         )
-        events = [{
+        return [{
             "type": "memory.added", "event_id": m.event_id or f"reprocess-{m.memory_id}", "memory_id": m.memory_id,
             "user_id": m.user_id, "app_id": m.app_id, "agent_id": m.agent_id, "run_id": m.run_id,
             "project_id": m.project_id, "text": m.text, "created_at": m.created_at, "metadata": dict(m.metadata),
             "embedding": None if m.vector is None else [float(x) for x in m.vector],
         } for m in facts]
-        backup = None
-        if backup_dir is not None:
-            os.makedirs(backup_dir, exist_ok=True)
-            backup = os.path.join(backup_dir, f"reprocess-{user_id}-{int(time.time())}.jsonl")
-            with open(backup, "wb") as f:
-                f.write(b"".join(orjson.dumps(ev) + b"\n" for ev in events))
-        self.store.delete([m.memory_id for m in facts])
-        result = self.process([Incoming(raw=ev, topic="reprocess") for ev in events])
-        self.store.flush()
-        if backup is not None:
-            os.remove(backup)
-        return result
+
+
+def _write_durably(path: str, data: bytes) -> None:
+    """Written whole or not at all: a temp file, fsynced, renamed into place, the folder fsynced."""
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    folder = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
 
 
 def replay_lines(lines: Iterable[bytes], source: str = "replay") -> Iterable[Incoming]:

@@ -1,6 +1,8 @@
 """Undo: one decision, or a whole consolidation pass, reverted from the before-state its record keeps.
 
 Apart from ingest and the consolidation runs so that both can offer undo without importing each other.
+An undo is a `changes.Change`: computed whole, then written crash-safe (its intent and status events
+with the first write, finished by `changes.recover` after a crash).
 """
 
 from __future__ import annotations
@@ -8,93 +10,99 @@ from __future__ import annotations
 from typing import Any
 
 from dreamstream.schemas.events import now_iso, status_event
-from dreamstream.schemas.memory import Memory
+from dreamstream.streams.core import changes
 from dreamstream.streams.store import MemoryStore
 
 
-def undo_decision(store: MemoryStore, decision_id: str) -> list[dict[str, Any]]:
-    """Reverts one decision: both sides get their earlier status and links back.
+class AlreadyUndone(ValueError):
+    """The decision was undone already; `mine` when by the same request (a redelivered command)."""
 
-    Raises KeyError when no memory holds the decision, ValueError when it was undone already.
+    def __init__(self, decision_id: str, mine: bool, events: int = 0) -> None:
+        super().__init__(f"decision {decision_id} was already undone")
+        self.mine = mine
+        self.events = events
+
+
+def plan_undo(store: MemoryStore, decision_id: str, by: str | None = None) -> changes.Change:
+    """What reverting one decision writes: both sides get their earlier status and links back, and
+    the record is marked undone (by `by`, a command id, so that a redelivered command is known).
+
+    Raises KeyError when no memory holds the decision, AlreadyUndone when it was undone already.
     """
     holders = {m.memory_id: m for m in store.scroll({"decision_ids": decision_id})}
-    record = None
+    record, owner = None, None
     for memory in holders.values():
         for rec in memory.decisions:
             if rec.get("decision_id") == decision_id:
                 record, owner = rec, memory
-    if record is None:
+    if record is None or owner is None:
         raise KeyError(f"no decision {decision_id}")
     if record.get("undone"):
-        raise ValueError(f"decision {decision_id} was already undone")
+        raise AlreadyUndone(decision_id, by is not None and record.get("undone_by") == by,
+                            int(record.get("undo_events") or 0))
+    stamp = now_iso()
+    change = changes.Change(change_id=f"undo-{decision_id}", holder=owner.memory_id)
+    evidence: dict[str, Any] = {"undo_of": decision_id, "original": record.get("evidence", {})}
     action, new_id = record["action"], record["new_id"]
     if action == "consolidate":  # a whole consolidation pass (streams/core/consolidation.py)
-        reverted = undo_pass(store, record, decision_id)
-        _mark_undone(store, owner.memory_id, decision_id)
-        return reverted
-    events: list[dict[str, Any]] = []
-    evidence = {"undo_of": decision_id, "original": record.get("evidence", {})}
-    members = store.retrieve([new_id, *record["targets"]])
-    new = members.get(new_id)
-
-    def restore(m: Memory, fields: dict[str, Any]) -> None:
-        for k, v in fields.items():
-            setattr(m, k, v)
-        store.update(m.memory_id, {**fields, "updated_at": now_iso()})
-
-    if new is not None and action == "merge_new" and record["targets"]:
-        canonical = members.get(record["targets"][0])
-        before = record["before"][new_id]["status"]
-        restore(new, {"status": before, "merged_into": None})
-        events.append(status_event(decision_id, new_id, new.user_id, "merged", before, None, "undo", evidence,
-                                   undo=True))
-        if canonical is not None:
-            restore(canonical, {"merged_from": [x for x in canonical.merged_from if x != new_id]})
-    elif new is not None and action in ("merge_old", "supersede"):
-        link = "merged_into" if action == "merge_old" else "superseded_by"
-        back = "merged_from" if action == "merge_old" else "supersedes"
-        for tid in record["targets"]:
-            t = members.get(tid)
-            if t is None:
-                continue
-            before = record["before"][tid]["status"]
-            current = t.status
-            restore(t, {"status": before, link: None})
-            events.append(status_event(decision_id, tid, t.user_id, current, before, None, "undo", evidence,
-                                       undo=True))
-        restore(new, {back: [x for x in getattr(new, back) if x not in record["targets"]]})
-    _mark_undone(store, owner.memory_id, decision_id)
-    return events
+        _undo_pass(store, record, decision_id, change, stamp)
+    else:
+        members = store.retrieve([new_id, *record["targets"]])
+        new = members.get(new_id)
+        if new is not None and action == "merge_new" and record["targets"]:
+            canonical = members.get(record["targets"][0])
+            before = record["before"][new_id]["status"]
+            change.set(new_id, {"status": before, "merged_into": None, "updated_at": stamp})
+            change.events.append(status_event(decision_id, new_id, new.user_id, "merged", before, None, "undo",
+                                              evidence, undo=True))
+            if canonical is not None:
+                change.set(canonical.memory_id, {
+                    "merged_from": [x for x in canonical.merged_from if x != new_id], "updated_at": stamp})
+        elif new is not None and action in ("merge_old", "supersede"):
+            link = "merged_into" if action == "merge_old" else "superseded_by"
+            back = "merged_from" if action == "merge_old" else "supersedes"
+            for tid in record["targets"]:
+                t = members.get(tid)
+                if t is None:
+                    continue
+                before = record["before"][tid]["status"]
+                change.set(tid, {"status": before, link: None, "updated_at": stamp})
+                change.events.append(status_event(decision_id, tid, t.user_id, t.status, before, None, "undo",
+                                                  evidence, undo=True))
+            change.set(new_id, {back: [x for x in getattr(new, back) if x not in record["targets"]],
+                                "updated_at": stamp})
+    marked = [dict(rec, undone=True, undone_at=stamp, undone_by=by, undo_events=len(change.events))
+              if rec.get("decision_id") == decision_id else rec for rec in owner.decisions]
+    change.set(owner.memory_id, {"decisions": marked})
+    return change
 
 
-def _mark_undone(store: MemoryStore, owner_id: str, decision_id: str) -> None:
-    owner = store.retrieve([owner_id])[owner_id]
-    for rec in owner.decisions:
-        if rec.get("decision_id") == decision_id:
-            rec["undone"] = True
-            rec["undone_at"] = now_iso()
-    store.update(owner_id, {"decisions": owner.decisions})
+def undo_decision(store: MemoryStore, decision_id: str, by: str | None = None) -> changes.Change:
+    """Reverts one decision (see `plan_undo`) and returns the change written; its events are the
+    caller's to publish, then `changes.mark_sent`."""
+    change = plan_undo(store, decision_id, by)
+    changes.apply(store, change)
+    store.flush()
+    return change
 
 
-def undo_pass(store: MemoryStore, record: dict[str, Any], decision_id: str) -> list[dict[str, Any]]:
-    """Reverts a consolidation pass: every touched memory gets its before-state, what it created
-    expires (kept, hidden). Hard-deleted memories cannot come back; the record says which they were."""
-    events: list[dict[str, Any]] = []
+def _undo_pass(store: MemoryStore, record: dict[str, Any], decision_id: str, change: changes.Change,
+               stamp: str) -> None:
+    """A consolidation pass: every touched memory gets its before-state, what it created expires
+    (kept, hidden). Hard-deleted memories cannot come back; the record says which they were."""
     evidence = {"undo_of": decision_id, "deleted_not_restored": record.get("deleted", [])}
     members = store.retrieve([*record.get("targets", []), *record.get("created", [])])
-    stamp = now_iso()
     for mid, fields in record.get("before", {}).items():
         m = members.get(mid)
         if m is None:
             continue
         if m.status != fields["status"]:
-            events.append(status_event(decision_id, mid, m.user_id, m.status, fields["status"], None, "undo",
-                                       evidence, undo=True))
-        store.update(mid, {**fields, "updated_at": stamp})
+            change.events.append(status_event(decision_id, mid, m.user_id, m.status, fields["status"], None, "undo",
+                                              evidence, undo=True))
+        change.set(mid, {**fields, "updated_at": stamp})
     for mid in record.get("created", []):
         m = members.get(mid)
         if m is not None and m.status != "expired":
-            events.append(status_event(decision_id, mid, m.user_id, m.status, "expired", None, "undo", evidence,
-                                       undo=True))
-            store.update(mid, {"status": "expired", "updated_at": stamp})
-    return events
+            change.events.append(status_event(decision_id, mid, m.user_id, m.status, "expired", None, "undo",
+                                              evidence, undo=True))
+            change.set(mid, {"status": "expired", "updated_at": stamp})

@@ -23,7 +23,7 @@ import orjson
 from aiohttp import web as aioweb
 from faust.web import Request, Response, View
 
-from dreamstream.streams.core import memories, reads
+from dreamstream.streams.core import changes, memories, reads
 from dreamstream.streams.core.ingest import BatchResult
 from dreamstream.streams.worker.app import (
     app,
@@ -142,6 +142,8 @@ class UndoView(View):
         except ValueError as exc:
             return _error(409, str(exc))  # type: ignore[no-any-return]
         await publish(BatchResult(status_events=events))
+        await app.producer.flush()
+        await on_store_thread(changes.sent, proc.store, events)
         return _json({"decision_id": decision_id, "status_events": events})  # type: ignore[no-any-return]
 
 

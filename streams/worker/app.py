@@ -18,7 +18,7 @@ import faust
 
 from dreamstream.schemas.events import dead_letter
 from dreamstream.streams import settings as settings_mod
-from dreamstream.streams.core import judges
+from dreamstream.streams.core import changes, judges
 from dreamstream.streams.core.embedding import shared_embedder
 from dreamstream.streams.core.ingest import BatchResult, Processor
 from dreamstream.streams.store import open_configured
@@ -70,6 +70,9 @@ def _build_processor() -> Processor:
              f"http://{settings.http_host}:{settings.http_port}/v1/memories?user=...")
     store = metrics.TimedStore(open_configured(settings, owner=owner))
     _runtime["store"] = store
+    finished = changes.recover(store)  # a writer a crash interrupted: finished before anything reads
+    if finished:
+        log.warning("finished changes a crash had left half-applied (%d status events to send)", len(finished))
     return Processor(store, shared_embedder(), keep_outbox=True)
 
 

@@ -21,6 +21,7 @@ from faust.exceptions import ConsumerNotStarted
 from dreamstream.agents import consolidation as cons
 from dreamstream.schemas.events import InvalidEvent, decode, normalise_time, now_iso
 from dreamstream.schemas.memory import parse_time
+from dreamstream.streams.core import changes
 from dreamstream.streams.core import consolidation as runner
 from dreamstream.streams.worker import metrics
 from dreamstream.streams.worker.app import app, on_store_thread, processor, send_dead_letter, settings, status_topic
@@ -112,6 +113,9 @@ async def run_due(now: datetime) -> list[dict[str, Any]]:
                 metrics.consolidation_run)
             for ev in events:
                 await status_topic.send(key=ev["user_id"].encode(), value=ev)
+            if events:
+                await app.producer.flush()
+                await on_store_thread(changes.sent, proc.store, events)
             entry["last_run"] = {k: details.get(k) for k in ("line", "merged_pairs", "pruned", "skipped", "message")
                                  if k in details}
             log.info("scheduled consolidation %s: %s", sid, details.get("line") or details.get("message"))

@@ -9,6 +9,7 @@ restarts. Malformed or unauthorised commands get a `rejected` reply and a dead-l
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from collections.abc import Awaitable, Callable
@@ -20,8 +21,10 @@ import orjson
 from dreamstream.schemas.control import Command, InvalidCommand, parse_command, reply
 from dreamstream.schemas.errors import CommandFailed
 from dreamstream.schemas.events import now_iso, status_event
+from dreamstream.streams.core import changes
 from dreamstream.streams.core import consolidation as cr
 from dreamstream.streams.core import synthesis as runner
+from dreamstream.streams.core.undo import AlreadyUndone
 from dreamstream.streams.worker import metrics
 from dreamstream.streams.worker.app import (
     app,
@@ -119,11 +122,27 @@ async def schedules(cmd: Command) -> dict[str, Any]:
 
 @handles("undo")
 async def undo(cmd: Command) -> dict[str, Any]:
+    """Crash-safe (core/changes.py); a redelivered command whose undo was applied is answered, not refused."""
     proc = await processor()
-    events = await on_store_thread(proc.undo, cmd.args["decision_id"])
+    decision_id = cmd.args["decision_id"]
+    try:
+        events = await on_store_thread(proc.undo, decision_id, cmd.id)
+    except AlreadyUndone as exc:
+        if not exc.mine:
+            raise
+        return {"decision_id": decision_id, "status_events": exc.events}
+    await send_status(proc, events)
+    return {"decision_id": decision_id, "status_events": len(events)}
+
+
+async def send_status(proc: Any, events: list[dict[str, Any]]) -> None:
+    """A writer's status events out, then off its outbox (a crash before that sends them at the next start)."""
+    if not events:
+        return
     for ev in events:
         await status_topic.send(key=ev["user_id"].encode(), value=ev)
-    return {"decision_id": cmd.args["decision_id"], "status_events": len(events)}
+    await app.producer.flush()
+    await on_store_thread(changes.sent, proc.store, events)
 
 
 @handles("erase")
@@ -138,32 +157,49 @@ async def erase(cmd: Command) -> dict[str, Any]:
 
 @handles("reprocess")
 async def reprocess(cmd: Command) -> dict[str, Any]:
+    """Crash-safe (core/ingest.py `reprocess_user`): a redelivered command finishes the first run."""
     user = cmd.args["user"]
     backup = os.path.join(settings.data_dir, "reprocess")
     proc = await processor()
-    result = await on_store_thread(proc.reprocess_user, user, backup)
+    result = await on_store_thread(proc.reprocess_user, user, backup, cmd.id)
     await publish(result)
     await app.producer.flush()
     await on_store_thread(proc.mark_sent, result.outbox_owners)
-    return {"user": user, "memories": result.outcomes["stored"], "decisions": dict(result.decisions)}
+    return {"user": user, "memories": result.outcomes["stored"] + result.outcomes["redelivered"],
+            "decisions": dict(result.decisions)}
 
 
 def erase_user(proc: Any, user: str, cmd: Command) -> dict[str, Any]:
-    """Hard delete of everything of one user (privacy requests); the audit keeps counts, never texts."""
+    """Hard delete of everything of one user (privacy requests); the audit keeps counts, never texts.
+
+    The count is written down (beside the store, per command) before the delete, so that a redelivered
+    command deletes whatever a crash left and still reports what the first run found."""
+    folder = os.path.join(settings.data_dir, "erase")
+    os.makedirs(folder, exist_ok=True)
+    intent = os.path.join(folder, hashlib.sha256(cmd.id.encode()).hexdigest()[:24] + ".json")
     ids = [m.memory_id for m in proc.store.scroll({"user_id": user})]
+    if os.path.exists(intent):
+        with open(intent, "rb") as f:
+            found = int(orjson.loads(f.read())["deleted"])
+    else:
+        found = len(ids)
+        with open(intent, "wb") as f:
+            f.write(orjson.dumps({"user": user, "deleted": found}))
+            f.flush()
+            os.fsync(f.fileno())
     proc.store.delete(ids)
     proc.store.flush()
-    return {"user": user, "deleted": len(ids), "at": now_iso()}
+    return {"user": user, "deleted": found, "at": now_iso()}
 
 
 @handles("consolidate.run", "consolidate.approve", "consolidate.reject")
 async def consolidate(cmd: Command) -> dict[str, Any]:
     """Consolidation now (dry-run: a plan to approve by id; auto: applied), approve and reject."""
-    details, events = await on_store_thread(cr.control, await processor(), cmd.command, cmd.args,
+    proc = await processor()
+    details, events = await on_store_thread(cr.control, proc, cmd.command, cmd.args,
                                             settings_table.get("retention") or None, settings.data_dir,
-                                            metrics.consolidation_run)
-    for ev in events:
-        await status_topic.send(key=ev["user_id"].encode(), value=ev)
+                                            metrics.consolidation_run, cmd.id)
+    await send_status(proc, events)
     return dict(details)
 
 

@@ -1,0 +1,147 @@
+"""Crash-safe changes outside ingest: consolidation passes, undo, full consolidation's merges.
+
+Ingest keeps a decision crash-safe by writing the new memory first, carrying what its targets still
+need (`pending`) and its status events (`outbox`); this module gives every other writer the same
+path. A `Change` is computed whole before anything is written, then:
+
+1. one write holds the intent: the holder (a memory the change creates, or else one it updates) gets
+   its own fields, every other memory's fields and deletes as `pending`, and the change's status
+   events appended to its `outbox` (`outbox_state` unsent);
+2. each target is written (absolute fields: a repeat is harmless), deletes last;
+3. the holder's `pending` is cleared; publishing the events, then `sent`, are the caller's.
+
+A crash after step 1 is finished by `recover` (the worker's start, and every CLI command that writes)
+before anything else touches the store, and the events go out with the other unsent ones; a crash
+before step 1 leaves nothing. Fault points (streams/faults.py) sit after each write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dreamstream.schemas.memory import Memory
+from dreamstream.streams import faults
+from dreamstream.streams.store import MemoryStore
+
+DELETE = "$delete"
+"""The pending entry of a memory the change deletes (a field name no payload uses)."""
+
+
+@dataclass
+class Change:
+    """Everything one writer will do, known before its first write."""
+
+    change_id: str
+    holder: str
+    """The memory that carries the intent: one the change creates, or one it updates and keeps."""
+    creates: list[Memory] = field(default_factory=list)
+    updates: dict[str, dict[str, Any]] = field(default_factory=dict)
+    deletes: list[str] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    def set(self, memory_id: str, fields: dict[str, Any]) -> None:
+        """Fields for one memory, merged with what the change already sets there."""
+        self.updates.setdefault(memory_id, {}).update(fields)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.creates or self.updates or self.deletes)
+
+
+def apply(store: MemoryStore, change: Change) -> None:
+    """Writes a change in the crash-safe order above (the holder must not be among the deletes); the
+    caller flushes."""
+    if change.empty:
+        return
+    if change.holder in change.deletes:
+        raise ValueError(f"change {change.change_id}: its holder {change.holder} cannot be deleted")
+    pending: dict[str, dict[str, Any]] = {
+        mid: dict(fields) for mid, fields in change.updates.items() if mid != change.holder}
+    for mid in change.deletes:
+        pending[mid] = {DELETE: True}
+    created = {m.memory_id: m for m in change.creates}
+    holder = created.get(change.holder)
+    if holder is not None:
+        for k, v in change.updates.get(change.holder, {}).items():
+            setattr(holder, k, v)
+        holder.pending = pending
+        holder.outbox = [*holder.outbox, *change.events]
+        store.upsert(change.creates)
+        faults.point("stored")
+    else:
+        current = store.retrieve([change.holder]).get(change.holder)
+        if current is None:
+            raise KeyError(f"no memory {change.holder}")
+        fields = {**change.updates.get(change.holder, {}), "pending": pending}
+        if change.events:
+            fields["outbox"] = [*current.outbox, *change.events]
+            fields["outbox_state"] = "unsent"
+        store.update(change.holder, fields)
+        faults.point("stored")
+        if change.creates:
+            store.upsert(change.creates)
+            faults.point("stored")
+    roll_forward(store, change.holder, pending)
+
+
+def roll_forward(store: MemoryStore, holder: str, pending: dict[str, dict[str, Any]]) -> None:
+    """Writes each pending target (deletes last), then clears the holder's pending: every step repeats."""
+    deletes = [mid for mid, fields in pending.items() if fields.get(DELETE)]
+    for mid, fields in pending.items():
+        if not fields.get(DELETE):
+            store.update(mid, fields)
+            faults.point("target")
+    if deletes:
+        store.delete(deletes)
+        faults.point("target")
+    if pending:
+        store.update(holder, {"pending": {}})
+    faults.point("applied")
+
+
+def recover(store: MemoryStore) -> list[dict[str, Any]]:
+    """Finishes every change (and ingest decision) a crash left half-applied; returns their status
+    events, still unsent (the worker sends every unsent event at its start; the CLI sends these).
+
+    Every holder of an intent has unsent events, so the unsent ones are where to look. Targets that
+    are gone (a user erased meanwhile) are skipped."""
+    events: list[dict[str, Any]] = []
+    for memory in list(store.scroll({"outbox_state": "unsent"})):
+        if not memory.pending:
+            continue
+        present = store.retrieve(list(memory.pending))
+        pending = {mid: fields for mid, fields in memory.pending.items()
+                   if mid in present or fields.get(DELETE)}
+        roll_forward(store, memory.memory_id, pending)
+        if not pending:
+            store.update(memory.memory_id, {"pending": {}})
+        events += memory.outbox
+    if events:
+        store.flush()
+    return events
+
+
+def _event_key(ev: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(ev.get(k) for k in ("decision_id", "memory_id", "to_status", "undo", "at"))
+
+
+def sent(store: MemoryStore, events: Sequence[dict[str, Any]]) -> None:
+    """These events were published: they leave the outbox of whichever memory carried them, and only
+    they, so that another decision's unsent events on the same memory stay."""
+    if not events:
+        return
+    keys = {_event_key(ev) for ev in events}
+    users = sorted({str(ev["user_id"]) for ev in events})
+    for m in list(store.scroll({"outbox_state": "unsent", "user_id": users})):
+        rest = [ev for ev in m.outbox if _event_key(ev) not in keys]
+        if len(rest) < len(m.outbox):
+            store.update(m.memory_id, {"outbox": rest, "outbox_state": "unsent" if rest else "sent"})
+
+
+def holder_of(creates: Sequence[Memory], touched: Sequence[str], deletes: Sequence[str]) -> str | None:
+    """The memory to carry a change's intent: the first it creates, else the first it keeps."""
+    if creates:
+        return creates[0].memory_id
+    return next((mid for mid in touched if mid not in set(deletes)), None)

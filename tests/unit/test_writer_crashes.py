@@ -1,0 +1,187 @@
+"""Every writer outside ingest is crash-safe: a consolidation pass, an undo (of a pass and of one
+decision) and a reprocess, killed after any one of their store writes, end (after `changes.recover`,
+or the redelivered command) exactly as a clean run, with every status event present once.
+
+The kill is raised in process right after the n-th store write returns, for every n the clean run
+makes; the worker-level SIGKILL campaign is `make fault-test`."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dreamstream.agents import consolidation as cons
+from dreamstream.streams.core import changes
+from dreamstream.streams.core import consolidation as runner
+from dreamstream.streams.core.ingest import Incoming, Processor
+from dreamstream.streams.core.undo import AlreadyUndone, undo_decision
+from dreamstream.streams.store import EdgeStore
+from tests.unit.test_consolidation import NOW, memories
+
+WRITES = ("upsert", "update", "update_many", "delete")
+LINKS = ("status", "superseded_by", "supersedes", "merged_into", "merged_from", "decision_ids")
+PASS_ID = "cons-crashtest00000001"
+
+
+class Crash(BaseException):
+    """Stands in for SIGKILL: not an Exception, so nothing on the write path can swallow it."""
+
+
+class CrashAfter:
+    """The store, dying right after its n-th write (0: never); counts the writes it saw."""
+
+    def __init__(self, store: Any, n: int) -> None:
+        self._store, self._n, self.writes = store, n, 0
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._store, name)
+        if name not in WRITES:
+            return attr
+
+        def write(*args: Any, **kwargs: Any) -> Any:
+            out = attr(*args, **kwargs)
+            self.writes += 1
+            if self.writes == self._n:
+                raise Crash
+            return out
+        return write
+
+
+def state(store: Any) -> dict[str, tuple[Any, ...]]:
+    """Statuses, links, open intents and unsent events: what must equal a clean run's."""
+    return {m.memory_id: (*(tuple(v) if isinstance(v := getattr(m, k), list) else v for k in LINKS),
+                          bool(m.pending), len(m.outbox)) for m in store.scroll()}
+
+
+def keys(events: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    return sorted((e["decision_id"], e["memory_id"], e["from_status"], e["to_status"], e["undo"]) for e in events)
+
+
+def unsent_events(store: Any) -> list[dict[str, Any]]:
+    return [ev for m in store.scroll({"outbox_state": "unsent"}) for ev in m.outbox]
+
+
+def fresh(tmp_path: Path, name: str, embedder: Any) -> Any:
+    store = EdgeStore(tmp_path / name)
+    store.upsert(memories(embedder))
+    return store
+
+
+def run_pass(store: Any, embedder: Any) -> list[dict[str, Any]]:
+    plan, _ = runner.make_plan(store, "u1", "proj", cons.DEFAULT_RETENTION, now=NOW)
+    _, events = runner.apply_plan(store, embedder, plan, {0: "A"}, reminder=True, pass_id=PASS_ID)
+    return events
+
+
+def crash_every_write(tmp_path: Path, embedder: Any, prepare: Callable[[Any], None],
+                      writer: Callable[[Any], list[dict[str, Any]]]) -> tuple[int, int]:
+    """Runs `writer` clean, then killed after each of its writes; returns (writes, runs that crashed)."""
+    clean = fresh(tmp_path, "clean", embedder)
+    prepare(clean)
+    counting = CrashAfter(clean, 0)
+    clean_events = writer(counting)
+    changes.sent(clean, clean_events)  # published by the caller
+    expected = state(clean)
+    clean.close()
+    assert counting.writes >= 3 and clean_events
+    crashed = 0
+    for n in range(1, counting.writes + 1):
+        store = fresh(tmp_path, f"crash-{n}", embedder)
+        prepare(store)
+        try:
+            writer(CrashAfter(store, n))
+        except Crash:
+            crashed += 1
+            changes.recover(store)
+            # What the worker does at its start: every unsent event out. Nothing had been published,
+            # so that is every event of the clean run, once.
+            unsent = unsent_events(store)
+            assert keys(unsent) == keys(clean_events), f"killed after write {n}"
+            changes.sent(store, unsent)
+        assert state(store) == expected, f"killed after write {n}"
+        store.close()
+    return counting.writes, crashed
+
+
+def test_a_pass_killed_after_any_write_ends_as_a_clean_pass(tmp_path: Path, embedder: Any) -> None:
+    writes, crashed = crash_every_write(tmp_path, embedder, lambda s: None, lambda s: run_pass(s, embedder))
+    assert crashed == writes
+
+
+def test_undo_of_a_pass_killed_after_any_write_ends_as_a_clean_undo(tmp_path: Path, embedder: Any) -> None:
+    def prepare(store: Any) -> None:
+        changes.sent(store, run_pass(store, embedder))
+
+    writes, crashed = crash_every_write(tmp_path, embedder, prepare,
+                                        lambda s: undo_decision(s, PASS_ID).events)
+    assert crashed == writes
+
+
+def test_undo_of_one_decision_killed_after_any_write(tmp_path: Path, embedder: Any) -> None:
+    def prepare(store: Any) -> None:
+        proc = Processor(store, embedder, keep_outbox=True)
+        result = proc.process([Incoming(raw={
+            "type": "memory.added", "event_id": "e-move", "memory_id": "move", "user_id": "u1",
+            "text": "The team no longer deploys on Fridays; they deploy on Tuesdays now.",
+            "created_at": "2026-04-01T10:00:00Z", "app_id": "proj"})])
+        proc.mark_sent(result.outbox_owners)
+
+    def decision(store: Any) -> str:
+        [holder] = [m for m in store.scroll({"user_id": "u1"}) if m.memory_id == "move"]
+        acted = [d for d in holder.decisions if d["action"] in ("supersede", "merge_old", "merge_new")]
+        assert acted, holder.decisions
+        return str(acted[0]["decision_id"])
+
+    writes, crashed = crash_every_write(tmp_path, embedder, prepare,
+                                        lambda s: undo_decision(s, decision(s)).events)
+    assert crashed == writes
+
+
+def test_a_redelivered_undo_command_is_answered_not_refused(tmp_path: Path, embedder: Any) -> None:
+    store = fresh(tmp_path, "s", embedder)
+    changes.sent(store, run_pass(store, embedder))
+    first = undo_decision(store, PASS_ID, by="cmd-1")
+    with pytest.raises(AlreadyUndone) as again:
+        undo_decision(store, PASS_ID, by="cmd-1")
+    assert again.value.mine and again.value.events == len(first.events)
+    with pytest.raises(AlreadyUndone) as other:
+        undo_decision(store, PASS_ID, by="cmd-2")
+    assert not other.value.mine
+    store.close()
+
+
+def test_a_redelivered_consolidate_command_answers_from_the_applied_pass(tmp_path: Path, embedder: Any) -> None:
+    store = fresh(tmp_path, "s", embedder)
+    proc = Processor(store, embedder)
+    args = {"user": "u1", "app": "proj", "mode": "auto"}
+    first, events = runner.control(proc, "consolidate.run", args, None, str(tmp_path), command_id="c-1")
+    assert first["merged_pairs"] == 1 and events
+    again, more = runner.control(proc, "consolidate.run", args, None, str(tmp_path), command_id="c-1")
+    assert more == [] and {k: again[k] for k in ("decision_id", "merged_pairs", "pruned")} == \
+        {k: first[k] for k in ("decision_id", "merged_pairs", "pruned")}
+    store.close()
+
+
+def test_reprocess_killed_after_any_write_finishes_the_first_run(tmp_path: Path, embedder: Any) -> None:
+    """The backup is the intent: a rerun finishes from it, never from the half-emptied user."""
+    clean = fresh(tmp_path, "clean", embedder)
+    counting = CrashAfter(clean, 0)
+    Processor(counting, embedder, keep_outbox=True).reprocess_user("u1", str(tmp_path / "b-clean"), "cmd-r")
+    expected = {k: v[:-2] for k, v in state(clean).items()}
+    clean.close()
+    assert counting.writes >= 3
+    for n in range(1, counting.writes + 1):
+        store = fresh(tmp_path, f"crash-{n}", embedder)
+        backup = str(tmp_path / f"b-{n}")
+        with contextlib.suppress(Crash):
+            Processor(CrashAfter(store, n), embedder, keep_outbox=True).reprocess_user("u1", backup, "cmd-r")
+        changes.recover(store)
+        result = Processor(store, embedder, keep_outbox=True).reprocess_user("u1", backup, "cmd-r")
+        assert result.outcomes["stored"] + result.outcomes["redelivered"] == len(expected) or n == counting.writes
+        assert {k: v[:-2] for k, v in state(store).items()} == expected, f"killed after write {n}"
+        assert sorted(p.name for p in Path(backup).iterdir() if not p.name.startswith("done-")) == []
+        store.close()
