@@ -265,6 +265,134 @@ def lock() -> list[str]:
         worker.stop()
 
 
+# --- writers outside ingest, hostile input, store and group faults ---------------------------------
+
+SCOPE_USER = "u-faults"
+SCOPE = [  # duplicates to merge and stale session notes to prune; no conflicts (a reminder's id is random)
+    ("Deploys go through the staging cluster first.", "Deploys go through the staging cluster first, then prod.",
+     "workflow"),
+    ("The API gateway is Envoy.", "The API gateway is Envoy 1.29 behind the load balancer.", "project_decision"),
+    ("Tests run with pytest.", "Tests run with pytest and xdist on CI.", "workflow"),
+]
+
+
+def scope_store(folder: Path) -> None:
+    """The scope stored as it stands (not through ingest, whose judge would merge the pairs first)."""
+    from dreamstream.schemas.memory import Memory
+
+    rows = []
+    for n, (short, full, kind) in enumerate(SCOPE):
+        for k, text in enumerate((short, full)):
+            rows.append((f"f-{n}{k}", text, f"2026-0{1 + k}-0{1 + n}T10:00:00Z", {"type": kind, "confidence": 0.8}))
+    for n in range(3):
+        rows.append((f"s-{n}", f"Was halfway through refactor step {n} of the parser.", f"2025-06-0{1 + n}T10:00:00Z",
+                     {"type": "session_state"}))
+    vectors = shared_embedder()([text for _, text, _, _ in rows])
+    store = EdgeStore(folder)
+    try:
+        store.upsert([Memory(memory_id=mid, user_id=SCOPE_USER, text=text, created_at=at, updated_at=at,
+                             metadata=meta, vector=vec) for (mid, text, at, meta), vec in zip(rows, vectors, strict=True)])
+    finally:
+        store.close()
+
+
+def cli(args: list[str], env: dict[str, str], fault: str | None = None) -> subprocess.CompletedProcess[str]:
+    run_env = {**env, **({"DREAM_FAULT_AT": fault} if fault else {})}
+    return subprocess.run([DREAM, *args], capture_output=True, text=True, env=run_env, timeout=300)
+
+
+def export_of(store_dir: Path) -> list[tuple[Any, ...]]:
+    store = EdgeStore(store_dir)
+    try:
+        return links(export_rows(store))
+    finally:
+        store.close()
+
+
+def status_keys(topic: str) -> Counter[tuple[Any, ...]]:
+    """Each status event by what it says (not by its decision id, which a clean and a killed pass differ in)."""
+    events = asyncio.run(consume_all(KAFKA, topic, 10**9, timeout=6))
+    return Counter((e["memory_id"], e["from_status"], e["to_status"], e["undo"]) for e in events)
+
+
+def killed_at_every_point(name: str, base: Path, command: list[str], rerun: list[str],
+                          counts: Counter[str]) -> list[str]:
+    """`command` on a copy of `base`, clean; then SIGKILLed at each of its fault points (streams/faults.py),
+    each followed by `rerun` as an operator would: the store and the status events must equal the clean run."""
+    problems: list[str] = []
+
+    def env_for(tag: str) -> dict[str, str]:
+        return {**os.environ, "HF_HUB_OFFLINE": "1", "KAFKA_BOOTSTRAP": KAFKA,
+                "DREAM_TOPIC_MEMORY_STATUS": f"status-{name}-{tag}-{int(time.time())}"}
+
+    def copy(tag: str) -> Path:
+        target = WORK / "writers" / f"{name}-{tag}"
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(base, target)
+        return target
+
+    clean = copy("clean")
+    env = env_for("clean")
+    out = cli([*command, "--store", str(clean)], env)
+    if out.returncode != 0:
+        return [f"{name}: the clean run failed: {out.stderr.strip()[-300:]}"]
+    want, want_events = export_of(clean), status_keys(env["DREAM_TOPIC_MEMORY_STATUS"])
+    points = [("stored", 1)] + [("target", k) for k in range(1, 200)]
+    for step, n in points:
+        tag = f"{step}{n}"
+        store = copy(tag)
+        env = env_for(tag)
+        out = cli([*command, "--store", str(store)], env, f"{step}:{n}")
+        if out.returncode == 0:  # no such point in the run: every target was passed
+            shutil.rmtree(store, ignore_errors=True)
+            break
+        counts["kills"] += 1
+        if out.returncode != -9:
+            problems.append(f"{name} {tag}: ended {out.returncode}, not killed: {out.stderr.strip()[-200:]}")
+            continue
+        cli([*rerun, "--store", str(store)], env)
+        if export_of(store) != want:
+            problems.append(f"{name}: killed at {tag}, the store differs from the clean run after the rerun")
+        got_events = status_keys(env["DREAM_TOPIC_MEMORY_STATUS"])
+        if got_events != want_events:
+            extra, missing = got_events - want_events, want_events - got_events
+            problems.append(f"{name}: killed at {tag}: {sum(missing.values())} status events missing, "
+                            f"{sum(extra.values())} extra")
+        shutil.rmtree(store, ignore_errors=True)
+    for tag in ("applied1",):  # after the last write: only the publishing is left
+        store = copy(tag)
+        env = env_for(tag)
+        out = cli([*command, "--store", str(store)], env, "applied:1")
+        counts["kills"] += 1
+        cli([*rerun, "--store", str(store)], env)
+        if export_of(store) != want or status_keys(env["DREAM_TOPIC_MEMORY_STATUS"]) != want_events:
+            problems.append(f"{name}: killed after its last write, the rerun did not end as the clean run")
+    return problems
+
+
+def writers() -> list[str]:
+    """A consolidation pass and its undo, each killed after every write (the CLI, on an embedded store)."""
+    folder = WORK / "writers"
+    folder.mkdir(parents=True, exist_ok=True)
+    base = folder / "base"
+    scope_store(base)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "KAFKA_BOOTSTRAP": KAFKA}
+    counts: Counter[str] = Counter()
+    auto = ["consolidate", "--user", SCOPE_USER, "--auto"]
+    problems = killed_at_every_point("pass", base, auto, auto, counts)
+    # the undo of a pass: a base where the pass was applied
+    passed = folder / "passed"
+    shutil.copytree(base, passed)
+    out = cli([*auto, "--store", str(passed)], env)
+    pass_id = next((line.split()[-1] for line in out.stdout.splitlines() if line.startswith("Undo this pass")), None)
+    if pass_id is None:
+        return [*problems, f"the pass printed no undo line: {out.stdout.strip()[-300:]}"]
+    problems += killed_at_every_point("undo", passed, ["undo", pass_id], ["undo", pass_id], counts)
+    print(f"        {counts['kills']} kills of a pass and an undo, each after one write; "
+          f"{len(problems)} runs differ from a clean one")
+    return problems
+
+
 def main() -> int:
     shutil.rmtree(WORK, ignore_errors=True)
     WORK.mkdir(parents=True)

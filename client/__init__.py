@@ -4,7 +4,7 @@
 
     with Client("http://127.0.0.1:6066") as dream:
         added = dream.add("u-1", "Lives in Lisbon.")
-        dream.wait_for(added.memory_id)
+        dream.wait_for(added)
         for m in dream.search("u-1", "where does the user live").memories:
             print(m.label, m.text)
 
@@ -135,11 +135,13 @@ class Client:
         body = _checked(self._http.post("/v1/memories", json=memories))
         return [Accepted(**a) for a in body["accepted"]]
 
-    def get(self, memory_id: str) -> Memory:
-        return Memory.from_row(_checked(self._http.get(f"/v1/memories/{memory_id}")))
+    def get(self, memory_id: str, user_id: str) -> Memory:
+        """One memory of this user (another user's id is a 404, as an unknown one)."""
+        return Memory.from_row(_checked(self._http.get(f"/v1/memories/{memory_id}", params={"user": user_id})))
 
-    def history(self, memory_id: str) -> dict[str, Any]:
-        out: dict[str, Any] = _checked(self._http.get(f"/v1/memories/{memory_id}/history"))
+    def history(self, memory_id: str, user_id: str) -> dict[str, Any]:
+        out: dict[str, Any] = _checked(self._http.get(f"/v1/memories/{memory_id}/history",
+                                                      params={"user": user_id}))
         return out
 
     def search(self, user_id: str, query: str, *, latest_only: bool = False, include_merged: bool = False,
@@ -156,12 +158,12 @@ class Client:
         events: JSONList = _checked(self._http.post(f"/v1/decisions/{decision_id}/undo"))["status_events"]
         return events
 
-    def wait_for(self, memory_id: str, timeout: float = 60.0) -> Memory:
-        """The memory once the worker has stored it (adding goes through Kafka)."""
+    def wait_for(self, added: Accepted, timeout: float = 60.0) -> Memory:
+        """The memory `add` accepted, once the worker has stored it (adding goes through Kafka)."""
         deadline = time.monotonic() + timeout
         while True:
             try:
-                return self.get(memory_id)
+                return self.get(added.memory_id, added.user_id)
             except DreamAPIError as exc:
                 if exc.status != 404 or time.monotonic() > deadline:
                     raise
@@ -190,11 +192,14 @@ class AsyncClient:
         body = _checked(await self._http.post("/v1/memories", json=memories))
         return [Accepted(**a) for a in body["accepted"]]
 
-    async def get(self, memory_id: str) -> Memory:
-        return Memory.from_row(_checked(await self._http.get(f"/v1/memories/{memory_id}")))
+    async def get(self, memory_id: str, user_id: str) -> Memory:
+        """One memory of this user (another user's id is a 404, as an unknown one)."""
+        return Memory.from_row(_checked(await self._http.get(f"/v1/memories/{memory_id}",
+                                                             params={"user": user_id})))
 
-    async def history(self, memory_id: str) -> dict[str, Any]:
-        out: dict[str, Any] = _checked(await self._http.get(f"/v1/memories/{memory_id}/history"))
+    async def history(self, memory_id: str, user_id: str) -> dict[str, Any]:
+        out: dict[str, Any] = _checked(await self._http.get(f"/v1/memories/{memory_id}/history",
+                                                            params={"user": user_id}))
         return out
 
     async def search(self, user_id: str, query: str, *, latest_only: bool = False, include_merged: bool = False,
@@ -212,11 +217,12 @@ class AsyncClient:
         events: JSONList = body["status_events"]
         return events
 
-    async def wait_for(self, memory_id: str, timeout: float = 60.0) -> Memory:
+    async def wait_for(self, added: Accepted, timeout: float = 60.0) -> Memory:
+        """The memory `add` accepted, once the worker has stored it (adding goes through Kafka)."""
         deadline = time.monotonic() + timeout
         while True:
             try:
-                return await self.get(memory_id)
+                return await self.get(added.memory_id, added.user_id)
             except DreamAPIError as exc:
                 if exc.status != 404 or time.monotonic() > deadline:
                     raise

@@ -110,13 +110,16 @@ async def publish_events(events: list[dict[str, Any]], store_dir: str | None) ->
 
 
 async def finish_interrupted(store: Any, store_dir: str | None) -> None:
-    """Before a command writes: a pass or undo a crash left half-applied is finished (core/changes.py)
-    and its status events sent."""
+    """Before a command writes: a pass or undo a crash left half-applied is finished (core/changes.py),
+    and its status events sent, with those an earlier command was killed before sending."""
     from dreamstream.streams.core import changes
 
     events = changes.recover(store)
     if events:
         click.echo(f"finished an interrupted change ({len(events)} status events)", err=True)
+    events += changes.unsent_of_writers(store)
+    events = list({changes.event_key(ev): ev for ev in events}.values())
+    if events:
         note = await publish_events(events, store_dir)
         click.echo(note, err=True)
         changes.sent(store, events)

@@ -66,19 +66,19 @@ def build(url: str, token: str | None) -> Any:
         return result
 
     @server.tool()
-    async def get_memory(memory_id: str) -> dict[str, Any]:
-        """One memory by id, with its status and what replaced it, if anything."""
+    async def get_memory(user_id: str, memory_id: str) -> dict[str, Any]:
+        """One of the user's memories by id, with its status and what replaced it, if anything."""
         async def go(api: Any) -> dict[str, Any]:
-            m = await api.get(memory_id)
+            m = await api.get(memory_id, user_id)
             return {**row(m), "status": m.status, "user_id": m.user_id}
         result: dict[str, Any] = await call(go)
         return result
 
     @server.tool()
-    async def memory_history(memory_id: str) -> dict[str, Any]:
-        """How a memory came to be as it is: what it merged or superseded, what replaced it, and every
-        decision with its evidence (each can be undone by its decision id)."""
-        result: dict[str, Any] = await call(lambda api: api.history(memory_id))
+    async def memory_history(user_id: str, memory_id: str) -> dict[str, Any]:
+        """How one of the user's memories came to be as it is: what it merged or superseded, what replaced
+        it, and every decision with its evidence (each can be undone by its decision id)."""
+        result: dict[str, Any] = await call(lambda api: api.history(memory_id, user_id))
         return result
 
     return server

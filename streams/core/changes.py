@@ -123,7 +123,14 @@ def recover(store: MemoryStore) -> list[dict[str, Any]]:
     return events
 
 
-def _event_key(ev: dict[str, Any]) -> tuple[Any, ...]:
+def unsent_of_writers(store: MemoryStore) -> list[dict[str, Any]]:
+    """Unsent status events of the writers a CLI runs (passes, undo), as opposed to ingest's, which the
+    worker sends: a CLI killed after its last write leaves them, the next CLI command sends them."""
+    return [ev for m in store.scroll({"outbox_state": "unsent"}) for ev in m.outbox
+            if ev.get("undo") or str(ev.get("action", "")).startswith("consolidate")]
+
+
+def event_key(ev: dict[str, Any]) -> tuple[Any, ...]:
     return tuple(ev.get(k) for k in ("decision_id", "memory_id", "to_status", "undo", "at"))
 
 
@@ -132,10 +139,10 @@ def sent(store: MemoryStore, events: Sequence[dict[str, Any]]) -> None:
     they, so that another decision's unsent events on the same memory stay."""
     if not events:
         return
-    keys = {_event_key(ev) for ev in events}
+    keys = {event_key(ev) for ev in events}
     users = sorted({str(ev["user_id"]) for ev in events})
     for m in list(store.scroll({"outbox_state": "unsent", "user_id": users})):
-        rest = [ev for ev in m.outbox if _event_key(ev) not in keys]
+        rest = [ev for ev in m.outbox if event_key(ev) not in keys]
         if len(rest) < len(m.outbox):
             store.update(m.memory_id, {"outbox": rest, "outbox_state": "unsent" if rest else "sent"})
 

@@ -50,17 +50,22 @@ def new_events(body: Any) -> list[dict[str, Any]]:
     return out
 
 
-def get_memory(store: MemoryStore, memory_id: str) -> dict[str, Any] | None:
+def get_memory(store: MemoryStore, memory_id: str, user: str) -> dict[str, Any] | None:
+    """One memory of this user; None (a 404) for an unknown id and for another user's alike, so that a
+    read cannot even tell that someone else's memory exists."""
     got = store.retrieve([memory_id]).get(memory_id)
-    if got is None:
+    if got is None or got.user_id != user:
         return None
     row = reads.row(got)
     reads.replaced_by(store, [row])
     return row
 
 
-def history(store: MemoryStore, memory_id: str) -> dict[str, Any] | None:
-    """Its decisions (with evidence) and links both ways; None for an unknown id."""
+def history(store: MemoryStore, memory_id: str, user: str) -> dict[str, Any] | None:
+    """Its decisions (with evidence) and links both ways; None for an unknown id or another user's."""
+    got = store.retrieve([memory_id]).get(memory_id)
+    if got is None or got.user_id != user:
+        return None
     try:
         return consolidation.provenance(store, memory_id)
     except KeyError:

@@ -43,14 +43,20 @@ class ReadQuery:
     text: str | None
 
 
-def read_query(params: Mapping[str, str]) -> ReadQuery:
-    """The HTTP read parameters, checked: ValueError with the reason for a 400. `limit` defaults to 50
-    for a search and to MAX_LIMIT for a listing."""
+def user_param(params: Mapping[str, str]) -> str:
+    """The `user` every read names, checked (ValueError for a 400): reads are per user, never stripped."""
     user = params.get("user") or ""
     if not user.strip():
         raise ValueError("a read must name a user (?user=...)")
     if user != user.strip() or not user.isprintable():
-        raise ValueError(f"user must be printable, without surrounding spaces: {user[:40]!r}")  # never stripped
+        raise ValueError(f"user must be printable, without surrounding spaces: {user[:40]!r}")
+    return user
+
+
+def read_query(params: Mapping[str, str]) -> ReadQuery:
+    """The HTTP read parameters, checked: ValueError with the reason for a 400. `limit` defaults to 50
+    for a search and to MAX_LIMIT for a listing."""
+    user = user_param(params)
     flags = {}
     for name in ("latest_only", "include_merged"):
         value = params.get(name)

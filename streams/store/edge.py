@@ -5,10 +5,14 @@ With a keyword index on user_id it serves thousands of filtered nearest-neighbou
 
 from __future__ import annotations
 
+import atexit
+import ctypes
 import fcntl
 import os
 import shutil
 import sys
+import time
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -49,12 +53,15 @@ class EdgeStore:
         self.path = os.fspath(path)
         self.min_free_bytes = min_free_bytes
         os.makedirs(self.path, exist_ok=True)
+        self._files_checked = 0.0
+        self._writable(every_file=True)
         self._lock = _take_lock(self.path, owner or f"pid {os.getpid()} ({os.path.basename(sys.argv[0]) or 'python'})")
         try:
             self.shard = self._open_shard()
         except BaseException:
             self._lock.close()
             raise
+        _open_stores.add(self)
 
     def _open_shard(self) -> Any:
         qe = self._qe
@@ -77,9 +84,27 @@ class EdgeStore:
             qe.FieldCondition(key=key, match=qe.MatchAny(any=value) if any_of else qe.MatchValue(value))
             for key, value, any_of in conditions(where)])
 
+    def _writable(self, every_file: bool = False) -> None:
+        """Raises StoreError when the engine could not write its files: an immutable (`chattr +i`) or
+        read-only folder or file. The engine writes through memory maps, and a mapped write the
+        filesystem refuses kills the process with SIGBUS (seen here), so this is asked before every
+        write, flush and close: its folders each time, every file at most once a second."""
+        now = time.monotonic()
+        every_file = every_file or now - self._files_checked > 1.0
+        for folder, _dirs, files in os.walk(self.path):
+            names = [folder, *(os.path.join(folder, f) for f in files)] if every_file else [folder]
+            for name in names:
+                if not os.access(name, os.W_OK):
+                    raise StoreError(f"the store cannot write {name} (immutable, read-only or not ours): "
+                                     f"writes are held until it can")
+        if every_file:
+            self._files_checked = now
+
     def _room(self) -> None:
-        """Before a write: the disk has room for it (and no test has made the store unwritable)."""
+        """Before a write: the store's files can be written, the disk has room for it (and no test has
+        made the store unwritable)."""
         faults.check_writable(self.path)
+        self._writable()
         free = shutil.disk_usage(self.path).free
         if free < self.min_free_bytes:
             raise StoreError(f"disk nearly full: {free // 2**20} MiB free under {self.path}, writes need "
@@ -158,29 +183,75 @@ class EdgeStore:
 
     def delete(self, memory_ids: Sequence[str]) -> None:
         if memory_ids:
+            self._writable()
             self.shard.update(self._qe.UpdateOperation.delete_points([point_id(m) for m in memory_ids]))
 
     def flush(self) -> None:
+        self._writable()
         self.shard.flush()
 
     def optimize(self) -> None:
         """Builds the HNSW index (edge builds it only on request) and compacts segments."""
+        self._writable(every_file=True)
         self.shard.optimize()
 
     def rebuild_indexes(self) -> None:
         """Drops and recreates the payload indexes, then optimises (full consolidation's last step)."""
         qe = self._qe
+        self._writable(every_file=True)
         for name in INDEXED_FIELDS:
             self.shard.update(qe.UpdateOperation.delete_field_index(name))
             self.shard.update(qe.UpdateOperation.create_field_index(name, qe.PayloadSchemaType.Keyword))
         self.shard.optimize()
 
-    def close(self) -> None:
+    def _abandon_if_unwritable(self) -> bool:
+        """An engine dropped on a store it cannot write writes anyway and dies by SIGBUS (seen here): such
+        a shard is never dropped (one reference leaked on purpose; its WAL has every write)."""
         try:
-            self.shard.flush()
-            self.shard.close()
+            self._writable(every_file=True)
+        except StoreError as exc:
+            if not getattr(self, "_abandoned", False):
+                ctypes.pythonapi.Py_IncRef(ctypes.py_object(self.shard))
+                self._abandoned = True
+                print(f"dreamstream: {exc}; closing without a flush", file=sys.stderr)
+            return True
+        return False
+
+    def close(self) -> None:
+        """Flushes and closes; a store that cannot be written is closed without the flush (its WAL has
+        every write; the next open replays it) rather than killed by SIGBUS."""
+        try:
+            if not self._abandon_if_unwritable():
+                self.shard.flush()
+                self.shard.close()
         finally:
             self._lock.close()  # releases the lock
+
+
+_open_stores: weakref.WeakSet[EdgeStore] = weakref.WeakSet()
+
+
+@atexit.register
+def _at_exit() -> None:
+    """Before the interpreter drops what is left open: no shard on an unwritable store is dropped."""
+    for store in list(_open_stores):
+        store._abandon_if_unwritable()
+
+
+def lock_holder(path: str | os.PathLike[str]) -> str | None:
+    """Who holds the store folder's lock now (as it named itself), or None when it is free."""
+    name = os.path.join(os.fspath(path), LOCK_FILE)
+    try:
+        handle = open(name)  # noqa: SIM115  (closed below)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return handle.read().strip() or "another process"
+    finally:
+        handle.close()  # releases the probe's lock, if it got it
+    return None
 
 
 def _take_lock(path: str, owner: str) -> Any:

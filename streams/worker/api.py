@@ -2,8 +2,8 @@
 
     POST /v1/memories                      add one memory (or a list): validated, produced to memory.added
     GET  /v1/memories?user=U[&q=TEXT]      list or search, current facts first; filters, read modes, cursor
-    GET  /v1/memories/{id}                 one memory
-    GET  /v1/memories/{id}/history         its decisions (with evidence) and links
+    GET  /v1/memories/{id}?user=U          one memory of that user
+    GET  /v1/memories/{id}/history?user=U  its decisions (with evidence) and links
     POST /v1/decisions/{id}/undo           revert one decision
     GET  /v1/openapi.json                  this API, described
 
@@ -114,7 +114,9 @@ class MemoriesView(View):
 class MemoryView(View):
     @api_call
     async def get(self, request: Request, memory_id: str) -> Response:
-        row = await on_store_thread(memories.get_memory, (await processor()).store, memory_id)
+        """One memory of the user: ?user=U is required (another user's id answers 404)."""
+        user = reads.user_param(request.query)
+        row = await on_store_thread(memories.get_memory, (await processor()).store, memory_id, user)
         if row is None:
             return _error(404, f"no memory {memory_id}")  # type: ignore[no-any-return]
         return _json(row)  # type: ignore[no-any-return]
@@ -124,7 +126,8 @@ class MemoryView(View):
 class HistoryView(View):
     @api_call
     async def get(self, request: Request, memory_id: str) -> Response:
-        out = await on_store_thread(memories.history, (await processor()).store, memory_id)
+        user = reads.user_param(request.query)
+        out = await on_store_thread(memories.history, (await processor()).store, memory_id, user)
         if out is None:
             return _error(404, f"no memory {memory_id}")  # type: ignore[no-any-return]
         return _json(out)  # type: ignore[no-any-return]
@@ -156,6 +159,7 @@ async def openapi_view(web: Any, request: Any) -> Any:
 _ERROR = {"description": "a JSON error",
           "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
 _ID = {"name": "memory_id", "in": "path", "required": True, "schema": {"type": "string"}}
+_USER = {"name": "user", "in": "query", "required": True, "schema": {"type": "string"}}
 OPENAPI: dict[str, Any] = {
     "openapi": "3.1.0",
     "info": {"title": "dreamstream", "version": "1",
@@ -176,11 +180,13 @@ OPENAPI: dict[str, Any] = {
                          "$ref": "https://dreamstream.dev/schemas/memory.added.schema.json"}}}},
                      "responses": {"202": {"description": "accepted: event and memory ids"}, "400": _ERROR}},
         },
-        "/v1/memories/{memory_id}": {"get": {"summary": "One memory", "parameters": [_ID],
-                                             "responses": {"200": {"description": "the memory"}, "404": _ERROR}}},
-        "/v1/memories/{memory_id}/history": {"get": {"summary": "Its decisions and links", "parameters": [_ID],
+        "/v1/memories/{memory_id}": {"get": {"summary": "One memory of the user", "parameters": [_ID, _USER],
+                                             "responses": {"200": {"description": "the memory"}, "400": _ERROR,
+                                                           "404": _ERROR}}},
+        "/v1/memories/{memory_id}/history": {"get": {"summary": "Its decisions and links",
+                                                     "parameters": [_ID, _USER],
                                                      "responses": {"200": {"description": "provenance"},
-                                                                   "404": _ERROR}}},
+                                                                   "400": _ERROR, "404": _ERROR}}},
         "/v1/decisions/{decision_id}/undo": {"post": {
             "summary": "Revert one decision",
             "parameters": [{"name": "decision_id", "in": "path", "required": True, "schema": {"type": "string"}}],

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import sys
 
+from dreamstream.schemas.errors import StoreLocked
+from dreamstream.streams.store.edge import lock_holder
 from dreamstream.streams.worker import api, consolidation, control, ingest, synthesis, watchdog, web
 from dreamstream.streams.worker.app import app, settings
 from dreamstream.streams.worker.topics import ensure_topics_sync
@@ -16,8 +18,21 @@ AGENT_MODULES = (ingest, control, synthesis, consolidation, watchdog, web, api)
 """What registers on the app; listed so that importing them is a use, not a side effect to lint away."""
 
 
+def refuse_a_held_store() -> None:
+    """A second worker on one embedded store would take half the partitions and never process them
+    (it cannot open the store): refused before it joins the group, with what to do instead."""
+    if settings.qdrant_url:
+        return
+    holder = lock_holder(settings.store_dir)
+    if holder is not None:
+        raise StoreLocked(f"store {settings.store_dir} is in use by {holder}; an embedded store serves one "
+                          "worker: give this one its own DREAM_STORE, or run every worker on a Qdrant server "
+                          "(QDRANT_URL)")
+
+
 def run(args: list[str]) -> None:
     """Creates the declared topics (with their partition counts), then runs Faust's `worker` command."""
+    refuse_a_held_store()
     ensure_topics_sync(settings)
     sys.argv[:] = ["dream", "worker", *args]  # in place: faust bound the list object as a default
     app.main()

@@ -96,6 +96,16 @@ class InputOffsets(Generic[P]):
         state.next = min(state.next, offset)
         state.floor, state.sought_at = state.next, now  # not `behind_since`: a store outage is not a wedge
 
+    def heal(self, tp: P, committed: int | None) -> bool:
+        """A partition seeked back to records that never came, while the group has committed past them:
+        those records are stored (a commit follows a store), the ledger started too low. It resumes at
+        the commit; True when it did (the caller seeks there)."""
+        state = self.parts.get(tp)
+        if state is None or committed is None or committed <= state.next:
+            return False
+        self.parts[tp] = _State(committed, state.epoch)
+        return True
+
     def unanswered(self, now: float, after: float) -> list[P]:
         """Partitions seeked back over `after` seconds ago whose missing record has not come: the
         fetcher is wedged (the watchdog then fails /healthz, and a restart reads from the commit)."""

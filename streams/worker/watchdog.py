@@ -24,9 +24,12 @@ from typing import Any
 from prometheus_client import Counter
 
 from dreamstream.streams.worker.app import _runtime, app, settings
+from dreamstream.streams.worker.ingest import committed_on_broker
 
 log = logging.getLogger("dreamstream.watchdog")
 
+HEALED = Counter("dreamstream_partition_ledger_heals_total",
+                 "Input partitions whose offset ledger resumed at the broker's commit after a stall.", ["topic"])
 RESEEKS = Counter("dreamstream_partition_reseeks_total",
                   "Input partitions re-seeked after records waited without being delivered.", ["topic"])
 
@@ -91,6 +94,12 @@ async def partition_watchdog() -> None:
         ledger = _runtime.get("ledger")
         if ledger is not None:
             for tp in ledger.unanswered(time.monotonic(), after=2 * settings.stall_seconds):
+                if ledger.heal(tp, await committed_on_broker(tp)):
+                    log.warning("partition %s-%d: the records it waited for are committed already; resuming "
+                                "at the committed offset %d", tp.topic, tp.partition, ledger.next_offset(tp))
+                    HEALED.labels(tp.topic).inc()
+                    await consumer.seek(tp, ledger.next_offset(tp))
+                    continue
                 _wedged(tp, "records were not delivered and seeking back to them brought nothing")
         inputs = {settings.topics.memory_added, settings.topics.patterns}
         committed = getattr(consumer, "_committed_offset", {})

@@ -4,6 +4,7 @@ memory API is worker/api.py)."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -11,22 +12,44 @@ from aiohttp import web as aioweb
 from faust.sensors.prometheus import setup_prometheus_sensors
 
 from dreamstream.streams.worker import metrics
-from dreamstream.streams.worker.app import _runtime, app, on_store_thread
+from dreamstream.streams.worker.app import _runtime, app, on_store_thread, settings
 from dreamstream.streams.worker.watchdog import stalled_partitions
 
 log = logging.getLogger("dreamstream.web")
 
 
+def store_fault() -> tuple[str, float] | None:
+    """The store fault holding ingest back (a write or a flush that fails), and since when."""
+    for key in ("store_fault", "flush_fault"):
+        if _runtime.get(key):
+            return str(_runtime[key]), float(_runtime.get(f"{key}_since") or time.monotonic())
+    return None
+
+
+def held_inputs() -> list[str]:
+    consumer = getattr(app, "_consumer", None)
+    if consumer is None:
+        return []
+    inputs = {settings.topics.memory_added, settings.topics.patterns}
+    return sorted(f"{tp.topic}-{tp.partition}" for tp in consumer.assignment() if tp.topic in inputs)
+
+
 @app.page("/healthz")
 async def healthz(web: Any, request: Any) -> Any:
-    """Liveness: 503 when the partition watchdog found input it cannot get delivered (worker/watchdog.py).
-    A store fault is no reason to restart (a restart meets the same full disk): alive, not ready."""
+    """Liveness: 503 when the partition watchdog found input it cannot get delivered (worker/watchdog.py),
+    and when a store fault has held this worker's input partitions for longer than DREAM_STALL_SECONDS:
+    nobody else can process them while it holds them. Before that a store fault is alive, not ready."""
     stalled = stalled_partitions()
     if stalled:
         return aioweb.json_response({"status": "stalled", "partitions": stalled}, status=503)
-    fault = _runtime.get("store_fault")
+    fault = store_fault()
     if fault:
-        return aioweb.json_response({"status": "store_fault", "ready": False, "cause": fault})
+        cause, since = fault
+        held = held_inputs()
+        body = {"status": "store_fault", "ready": False, "cause": cause, "for_seconds": round(time.monotonic() - since),
+                "holding": held}
+        return aioweb.json_response(body, status=503 if held and time.monotonic() - since > settings.stall_seconds
+                                    else 200)
     return aioweb.json_response({"status": "ok", "ready": "processor" in _runtime})
 
 
@@ -36,8 +59,9 @@ async def stats_view(web: Any, request: Any) -> Any:
     and while ingest is paused on a store fault) and quick looks."""
     if "processor" not in _runtime:
         return aioweb.json_response({"ready": False}, status=503)
-    if _runtime.get("store_fault"):
-        return aioweb.json_response({"ready": False, "store_fault": _runtime["store_fault"]}, status=503)
+    fault = store_fault()
+    if fault:
+        return aioweb.json_response({"ready": False, "store_fault": fault[0]}, status=503)
     store = _runtime["processor"].store
 
     def counts() -> dict[str, int]:

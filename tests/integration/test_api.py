@@ -39,9 +39,9 @@ def test_http_add_read_current_first_history_and_undo(worker: WorkerProcess) -> 
     assert httpx.get(f"{url(worker)}/v1/memories", params={"user": "ana"}).status_code == 401
     with Client(url(worker), token=TOKEN) as dream:
         first = dream.add("ana", "Ana lives in Lisbon.", created_at="2026-01-04T10:00:00Z")
-        dream.wait_for(first.memory_id)
+        dream.wait_for(first)
         moved = dream.add("ana", "Ana moved to Porto last month.", created_at="2026-03-01T10:00:00Z")
-        dream.wait_for(moved.memory_id)
+        dream.wait_for(moved)
         dream.add_many([{"user_id": "ana", "text": f"Ana's note {n}: she keeps bees.", "app_id": "garden",
                          "created_at": f"2026-02-0{n}T10:00:00Z"} for n in range(1, 4)])
         found = dream.search("ana", "where does ana live", limit=5)
@@ -50,7 +50,7 @@ def test_http_add_read_current_first_history_and_undo(worker: WorkerProcess) -> 
         assert old.label == "history" and old.replaced_by and old.replaced_by["memory_id"] == moved.memory_id
         assert [m.memory_id for m in dream.search("ana", "where does ana live", latest_only=True).memories
                 ].count(first.memory_id) == 0
-        history = dream.history(first.memory_id)
+        history = dream.history(first.memory_id, "ana")
         assert history["superseded_by"]["memory_id"] == moved.memory_id and history["decisions"]
         # filters and cursor pagination
         deadline = time.monotonic() + 60
@@ -66,10 +66,15 @@ def test_http_add_read_current_first_history_and_undo(worker: WorkerProcess) -> 
         [decision] = history["decisions"]
         events = dream.undo(decision["decision_id"])
         assert any(e["memory_id"] == first.memory_id and e["to_status"] == "active" for e in events)
-        assert dream.get(first.memory_id).status == "active"
+        assert dream.get(first.memory_id, "ana").status == "active"
         with pytest.raises(DreamAPIError) as gone:
-            dream.get("m-does-not-exist")
+            dream.get("m-does-not-exist", "ana")
         assert gone.value.status == 404
+        # another user's memory is not there for this user, by id or by history, as an unknown one
+        for read in (dream.get, dream.history):
+            with pytest.raises(DreamAPIError) as foreign:
+                read(first.memory_id, "bo")
+            assert foreign.value.status == 404 and foreign.value.message == f"no memory {first.memory_id}"
         with pytest.raises(DreamAPIError) as bad:
             dream.add("ana", "   ")
         assert bad.value.status == 400 and "empty_text" in bad.value.message
@@ -83,6 +88,8 @@ def test_http_errors_are_json_with_a_reason(worker: WorkerProcess) -> None:
     assert missing.status_code == 400 and "user_id" in missing.json()["error"]
     limit = httpx.get(f"{url(worker)}/v1/memories", params={"user": "ana", "limit": "0"}, headers=headers)
     assert limit.status_code == 400 and "limit" in limit.json()["error"]
+    no_user = httpx.get(f"{url(worker)}/v1/memories/m-1", headers=headers)
+    assert no_user.status_code == 400 and "user" in no_user.json()["error"]
     spec = httpx.get(f"{url(worker)}/v1/openapi.json").json()
     assert spec["openapi"].startswith("3.1") and "/v1/memories/{memory_id}/history" in spec["paths"]
 
@@ -93,10 +100,10 @@ def test_the_async_client(worker: WorkerProcess) -> None:
             added = await dream.add_many([{"user_id": "bo", "text": "Bo drinks green tea."},
                                           {"user_id": "bo", "text": "Bo runs on Sundays."}])
             for a in added:
-                await dream.wait_for(a.memory_id)
+                await dream.wait_for(a)
             page = await dream.search("bo", "what does bo drink")
             assert page.memories[0].text == "Bo drinks green tea."
-            assert (await dream.get(added[1].memory_id)).label == "current"
+            assert (await dream.get(added[1].memory_id, "bo")).label == "current"
 
     asyncio.run(go())
 
@@ -122,14 +129,15 @@ def test_an_agent_uses_dream_mcp_through_the_sdk_client(worker: WorkerProcess) -
             added = payload(await agent.call_tool("add_memory", {"user_id": "cy", "text": "Cy is allergic to nuts."}))
             assert added["status"] == "accepted"
             for _ in range(300):
-                got = payload(await agent.call_tool("get_memory", {"memory_id": added["memory_id"]}))
+                got = payload(await agent.call_tool("get_memory", {"user_id": "cy", "memory_id": added["memory_id"]}))
                 if "error" not in got:
                     break
                 await asyncio.sleep(0.2)
             assert got["text"] == "Cy is allergic to nuts." and got["label"] == "current"
             found = payload(await agent.call_tool("search_memories", {"user_id": "cy", "query": "allergies"}))
             assert found["memories"][0]["memory_id"] == added["memory_id"]
-            history = payload(await agent.call_tool("memory_history", {"memory_id": added["memory_id"]}))
+            history = payload(await agent.call_tool("memory_history",
+                                                    {"user_id": "cy", "memory_id": added["memory_id"]}))
             assert history["memory"]["memory_id"] == added["memory_id"]
 
     asyncio.run(go())

@@ -87,3 +87,19 @@ def test_a_reassigned_partition_starts_from_its_committed_offset() -> None:
     assert book.known(TP, epoch=1) and not book.known(TP, epoch=2)  # a rebalance since
     book.start(TP, 30, epoch=2)  # another worker stored up to 30 meanwhile
     assert book.admit(TP, 29, 0.0) is Verdict.SKIP and book.admit(TP, 30, 0.0) is Verdict.TAKE
+
+
+def test_a_ledger_started_below_the_commit_heals_at_the_commit() -> None:
+    """The stall seen after 4 of about 44 restarts: the ledger started at 0 (Faust's copy of the commit was
+    not set yet), the records from the commit on came, it seeked back to 0, and nothing came again."""
+    book = ledger(0)
+    assert book.admit(TP, 500, 0.0) is Verdict.PROBE
+    book.floor_is(TP, 0)
+    assert book.admit(TP, 500, 0.0) is Verdict.SEEK
+    assert book.unanswered(31.0, after=30.0) == [TP]
+    assert not book.heal(TP, None) and not book.heal(TP, 0)  # nothing committed past it: really missing
+    assert book.heal(TP, 500)  # the group committed 500: everything below is stored
+    assert book.unanswered(62.0, after=30.0) == []
+    assert [book.admit(TP, o, 63.0) for o in (500, 501)] == [Verdict.TAKE] * 2
+    assert book.next_offset(TP) == 502
+    assert not book.heal(TP, 400)  # a commit behind the ledger never moves it back

@@ -87,3 +87,68 @@ def test_an_unwritable_store_is_a_store_error_until_it_is_writable_again(
     flag.unlink()
     assert proc.process([Incoming(raw=GOOD[0])]).outcomes["stored"] == 1
     store.close()
+
+
+IMMUTABLE = r"""
+import subprocess, sys
+import numpy as np
+from dreamstream.schemas.errors import StoreError
+from dreamstream.schemas.memory import Memory
+from dreamstream.streams.store import EdgeStore
+
+def mem(i):
+    v = np.random.default_rng(i).random(384).astype(np.float32)
+    return Memory(memory_id=f"m{i}", user_id="u", text="x" * 100, created_at="2026-01-01T00:00:00Z",
+                  updated_at="2026-01-01T00:00:00Z", vector=v / np.linalg.norm(v))
+
+store = EdgeStore(sys.argv[1])
+store.upsert([mem(i) for i in range(100)])
+store.flush()
+subprocess.run(["chattr", "-R", "+i", sys.argv[1]], check=True)
+refused = 0
+for k in range(20):
+    try:
+        store.upsert([mem(1000 + 100 * k + i) for i in range(100)])
+        store.flush()
+    except StoreError:
+        refused += 1
+print("refused", refused, flush=True)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chattr +i needs root")
+def test_an_immutable_store_is_refused_not_killed_by_sigbus(tmp_path: Path) -> None:
+    """Seen in the fault campaign: `chattr +i` on the store folder killed the worker by SIGBUS (the
+    engine's memory-mapped writes), with no log line. Now every write is refused with a StoreError and
+    the process ends normally, the store untouched."""
+    folder = tmp_path / "store"
+    if subprocess.run(["chattr", "+i", str(tmp_path)], capture_output=True).returncode != 0:
+        pytest.skip("this filesystem has no immutable flag")
+    subprocess.run(["chattr", "-i", str(tmp_path)], check=True)
+    try:
+        out = subprocess.run([sys.executable, "-c", IMMUTABLE, str(folder)], capture_output=True, text=True,
+                             timeout=120, cwd=tmp_path)
+    finally:
+        subprocess.run(["chattr", "-R", "-i", str(folder)], check=False)
+    assert out.returncode == 0, out.stderr[-2000:]  # -7 (SIGBUS) before
+    assert "refused 20" in out.stdout and "closing without a flush" in out.stderr
+    store = EdgeStore(folder)
+    try:
+        assert store.count() == 100
+    finally:
+        store.close()
+
+
+def test_a_second_worker_on_a_held_embedded_store_is_refused_before_it_joins(tmp_path: Path) -> None:
+    """Seen in the fault campaign: a second worker in the group took half the partitions, could not open
+    the store, and held their events while /healthz said 200. Now it stops at once, in one line."""
+    holder = EdgeStore(tmp_path / "store", owner="worker pid 4242; read it over HTTP at http://127.0.0.1:6066")
+    try:
+        out = subprocess.run([DREAM, "worker"], capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "HF_HUB_OFFLINE": "1", "DREAM_STORE": str(tmp_path / "store"),
+                                  "KAFKA_BOOTSTRAP": "127.0.0.1:1"})
+    finally:
+        holder.close()
+    assert out.returncode == 1
+    [line] = out.stderr.strip().splitlines()
+    assert "in use by worker pid 4242" in line and "QDRANT_URL" in line
