@@ -291,7 +291,8 @@ def scope_store(folder: Path) -> None:
     store = EdgeStore(folder)
     try:
         store.upsert([Memory(memory_id=mid, user_id=SCOPE_USER, text=text, created_at=at, updated_at=at,
-                             metadata=meta, vector=vec) for (mid, text, at, meta), vec in zip(rows, vectors, strict=True)])
+                             metadata=meta, vector=vec)
+                      for (mid, text, at, meta), vec in zip(rows, vectors, strict=True)])
     finally:
         store.close()
 
