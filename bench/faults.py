@@ -10,7 +10,15 @@ events and that the status topic holds every decision id the store records:
              stays up and not ready, and resumes when the fault clears (skipped where tmpfs cannot be
              mounted)
   lock       `dream get` on the running worker's store is refused; the worker is unaffected
-Prints one line per scenario and exits 1 if any check failed.
+  writers    a consolidation pass and its undo (the CLI), SIGKILLed after each of their writes and run
+             again: the store and the status events equal a clean run's
+  reprocess  the control command killed after its delete, its re-add, a target, its last write: the
+             redelivered command finishes the first run and replies once
+  hostile    records that must not get in (null value or key, not JSON, forged patterns, foreign ids,
+             bad ids and dates): one dead letter each, nothing stored or overwritten
+  immutable  `chattr +i` on a running worker's store: no SIGBUS, /healthz says why, it resumes
+  second     a second worker on the same embedded store is refused before it joins the group
+Prints one line per scenario and exits 1 if any check failed (`bench/faults.py NAME ...` runs some).
 """
 
 from __future__ import annotations
@@ -159,7 +167,7 @@ def steps() -> list[str]:
     problems = []
     for step in STEPS:
         worker = WorkerProcess(KAFKA, f"faults-{step}-{int(time.time())}", WORK / f"step-{step}",
-                               {"DREAM_FAULT_AT": f"{step}:3"})
+                               {"DREAM_FAULT_AT": f"{step}:2"})  # 300 records: two batches at least
         worker.start()
         asyncio.run(produce(KAFKA, worker.topics["added"], records))
         deadline = time.monotonic() + 120
@@ -394,10 +402,247 @@ def writers() -> list[str]:
     return problems
 
 
+def control(worker: WorkerProcess, name: str, *pairs: str, command_id: str, timeout: float = 20) -> None:
+    """`dream control ...` sent as an operator would, without waiting for the worker to live through it."""
+    subprocess.Popen([DREAM, "control", name, *pairs, "--id", command_id, "--timeout", str(timeout), "--yes"],
+                     env=worker.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def replies_to(worker: WorkerProcess, command_id: str, timeout: float = 60) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + timeout
+    got: list[dict[str, Any]] = []
+    while time.monotonic() < deadline and not got:
+        got = asyncio.run(consume_all(KAFKA, worker.topics["replies"], 10**9, timeout=3,
+                                      keep=lambda r: r.key == command_id.encode()))
+    time.sleep(2)  # a second reply, if one were sent, would be here by now
+    return asyncio.run(consume_all(KAFKA, worker.topics["replies"], 10**9, timeout=3,
+                                   keep=lambda r: r.key == command_id.encode()))
+
+
+def died(worker: WorkerProcess, timeout: float = 120) -> bool:
+    deadline = time.monotonic() + timeout
+    while worker.proc is not None and worker.proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return worker.proc is not None and worker.proc.poll() is not None
+
+
+def reprocess() -> list[str]:
+    """`reprocess` killed after its delete, after the re-add and after a target write: the redelivered
+    command finishes the first run (never on the emptied user), replies once, and the user is whole."""
+    records = [r for r in HELDOUT.read_bytes().splitlines() if r.strip()][:400]
+    users = Counter(orjson.loads(r)["user_id"] for r in records)
+    user = users.most_common(1)[0][0]
+    problems: list[str] = []
+    for k, point in enumerate(("stored:1", "stored:2", "target:1", "applied:1")):
+        worker = WorkerProcess(KAFKA, f"faults-reprocess-{k}-{int(time.time())}", WORK / f"reprocess-{k}")
+        worker.start()
+        asyncio.run(produce(KAFKA, worker.topics["added"], records))
+        finished(worker, len(set(records)))
+        worker.stop()
+        clean_dir = WORK / f"reprocess-{k}" / "clean"
+        shutil.copytree(worker.store_dir, clean_dir)
+        store = EdgeStore(clean_dir)
+        try:
+            Processor(store, shared_embedder()).reprocess_user(user, str(WORK / f"reprocess-{k}" / "backup"))
+            want = links(export_rows(store, user))
+        finally:
+            store.close()
+        worker.env["DREAM_FAULT_AT"] = point
+        worker.start()
+        control(worker, "reprocess", f"user={user}", command_id=f"rp-{k}")
+        if not died(worker):
+            problems.append(f"{point}: the fault point never fired")
+            worker.stop()
+            continue
+        worker.env.pop("DREAM_FAULT_AT")
+        worker.start()
+        answers = replies_to(worker, f"rp-{k}")
+        worker.stop()
+        if len(answers) != 1 or answers[0].get("outcome") != "ok":
+            problems.append(f"{point}: {len(answers)} replies ({[a.get('outcome') for a in answers]})")
+        elif answers[0]["details"]["memories"] != users[user]:
+            problems.append(f"{point}: the reply says {answers[0]['details']['memories']} memories, not {users[user]}")
+        got = export_of_user(worker.store_dir, user)
+        if got != want:
+            problems.append(f"{point}: the user's memories differ from a clean reprocess ({len(got)} vs {len(want)})")
+    print(f"        4 kills inside a reprocess of {users[user]} memories; {len(problems)} problems")
+    return problems
+
+
+def export_of_user(store_dir: Path, user: str) -> list[tuple[Any, ...]]:
+    store = EdgeStore(store_dir)
+    try:
+        return links(export_rows(store, user))
+    finally:
+        store.close()
+
+
+def hostile_records(victim: dict[str, Any]) -> list[tuple[bytes | None, bytes | None, str]]:
+    """(key, value, what) of records that must be dead-lettered, never stored, never overwrite."""
+    def ev(**fields: Any) -> bytes:
+        base = {"type": "memory.added", "event_id": f"h-{time.time_ns()}", "memory_id": f"hm-{time.time_ns()}", "user_id": "u-hostile", "text": "A hostile record.",
+                "created_at": "2026-03-01T10:00:00Z"}
+        return orjson.dumps({**base, **fields})
+
+    def keyed(raw: bytes) -> bytes:
+        return str(orjson.loads(raw)["user_id"]).encode()
+
+    out: list[tuple[bytes | None, bytes | None, str]] = [
+        (b"u-hostile", None, "null value"),
+        (None, ev(), "null key"),
+        (b"u-hostile", b"\x00\xff not json", "bytes that are not JSON"),
+    ]
+    for what, raw in [
+        ("a pattern over another user's memory", ev(type="pattern.added", memory_id=victim["memory_id"],
+                                                    sources=[victim["memory_id"]], text="Forged.")),
+        ("a pattern with made-up sources", ev(type="pattern.added", sources=["no-such-1", "no-such-2"])),
+        ("another user's memory id", ev(memory_id=victim["memory_id"], text="Overwritten.")),
+        ("a user id with a trailing space", ev(user_id=victim["user_id"] + " ")),
+        ("a user id with NUL", ev(user_id="u-\x00x")),
+        ("a path as user id", ev(user_id="../../etc/passwd")),
+        ("a memory id with a newline", ev(memory_id="hm-\nx")),
+        ("year 1", ev(created_at="0001-01-01T00:00:00Z")),
+        ("year 9999", ev(created_at="9999-01-01T00:00:00Z")),
+        ("text with NUL", ev(text="A\x00B")),
+    ]:
+        out.append((keyed(raw), raw, what))
+    return out
+
+
+def hostile() -> list[str]:
+    """Records that must not get in: dead-lettered once each, nothing stored or overwritten, nothing held."""
+    records = [r for r in HELDOUT.read_bytes().splitlines() if r.strip()][:200]
+    worker = WorkerProcess(KAFKA, f"faults-hostile-{int(time.time())}", WORK / "hostile")
+    worker.start()
+    problems: list[str] = []
+    try:
+        asyncio.run(produce(KAFKA, worker.topics["added"], records[:100]))
+        finished(worker, 100)
+        victim = orjson.loads(records[0])
+        bad = hostile_records(victim)
+        asyncio.run(produce_raw(worker.topics["added"], [(k, v) for k, v, _ in bad]))
+        asyncio.run(produce(KAFKA, worker.topics["added"], records[100:]))
+        finished(worker, len(records))
+        letters = asyncio.run(consume_all(KAFKA, worker.topics["dead"], len(bad), timeout=30))
+        health = worker._get("/healthz")
+    finally:
+        worker.stop()
+    store = EdgeStore(worker.store_dir)
+    try:
+        stored = store.count()
+        users = {m.user_id for m in store.scroll()}
+        kept = store.retrieve([victim["memory_id"]]).get(victim["memory_id"])
+    finally:
+        store.close()
+    if stored != len(records):
+        problems.append(f"{stored} memories stored for {len(records)} valid records")
+    if users & {"u-hostile", victim["user_id"] + " ", "u-\x00x", "../../etc/passwd"} or any(
+            not u.isprintable() for u in users):
+        problems.append("a hostile user id was stored")
+    if kept is None or kept.text != victim["text"] or kept.user_id != victim["user_id"] or kept.kind != "fact":
+        problems.append("another user's memory was overwritten")
+    if len(letters) != len(bad):
+        problems.append(f"{len(letters)} dead letters for {len(bad)} hostile records")
+    if health.get("status") != "ok":
+        problems.append(f"/healthz after the hostile records: {health}")
+    print(f"        {len(bad)} hostile records: {len(letters)} dead-lettered ("
+          f"{', '.join(sorted(Counter(d['reason'] for d in letters)))}), "
+          f"{stored - len(records)} stored; {len(records)} valid, all stored")
+    return problems
+
+
+async def produce_raw(topic: str, records: list[tuple[bytes | None, bytes | None]]) -> None:
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(bootstrap_servers=KAFKA, acks="all")
+    await producer.start()
+    try:
+        for key, value in records:
+            await producer.send(topic, value, key=key, partition=0 if key is None else None)
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+def healthz(worker: WorkerProcess) -> tuple[int, dict[str, Any]]:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{worker.port}/healthz", timeout=3) as r:
+            return r.status, orjson.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, orjson.loads(exc.read() or b"{}")
+    except OSError:
+        return 0, {}
+
+
+def immutable() -> list[str]:
+    """`chattr +i` on a running worker's store (a SIGBUS before): it pauses, says why, resumes."""
+    records = [r for r in HELDOUT.read_bytes().splitlines() if r.strip()][:300]
+    ref = reference(records, "immutable")
+    if subprocess.run(["chattr", "+i", str(WORK)], capture_output=True).returncode != 0:
+        print("        skipped: no chattr +i here (needs root and a filesystem with the flag)")
+        return []
+    subprocess.run(["chattr", "-i", str(WORK)], check=True)
+    worker = WorkerProcess(KAFKA, f"faults-immutable-{int(time.time())}", WORK / "immutable")
+    problems: list[str] = []
+    try:
+        worker.start()
+        asyncio.run(produce(KAFKA, worker.topics["added"], records[:100]))
+        finished(worker, 100)
+        subprocess.run(["chattr", "-R", "+i", str(worker.store_dir)], check=True)
+        asyncio.run(produce(KAFKA, worker.topics["added"], records[100:]))
+        time.sleep(6)
+        early = healthz(worker)
+        time.sleep(int(worker.env["DREAM_STALL_SECONDS"]) + 2)
+        late = healthz(worker)
+        alive = worker.proc is not None and worker.proc.poll() is None
+        subprocess.run(["chattr", "-R", "-i", str(worker.store_dir)], check=True)
+        if not alive:
+            problems.append(f"the worker died (exit {worker.proc.poll() if worker.proc else None})")
+            worker.start()
+        if early[1].get("status") != "store_fault":
+            problems.append(f"/healthz while the store is immutable: {early}")
+        if late[0] != 503:
+            problems.append(f"/healthz after {worker.env['DREAM_STALL_SECONDS']} s holding partitions: {late[0]}")
+        finished(worker, len(ref), timeout=180)
+        problems += check(worker, ref)
+        print(f"        immutable store: worker {'alive' if alive else 'DIED'}, /healthz {early[0]} then {late[0]} "
+              f"({late[1].get('status')}), resumed: {not problems}")
+    finally:
+        subprocess.run(["chattr", "-R", "-i", str(worker.store_dir)], capture_output=True)
+        worker.stop()
+    return problems
+
+
+def second() -> list[str]:
+    """A second worker in the same group on the same embedded store: refused before it joins, in one line;
+    the first one keeps every partition and stores everything."""
+    records = [r for r in HELDOUT.read_bytes().splitlines() if r.strip()][:200]
+    first = WorkerProcess(KAFKA, f"faults-second-{int(time.time())}", WORK / "second")
+    problems: list[str] = []
+    try:
+        first.start()
+        asyncio.run(produce(KAFKA, first.topics["added"], records[:100]))
+        other = subprocess.run([DREAM, "worker"], env={**first.env, "DREAM_HTTP_PORT": str(first.port + 1)},
+                               capture_output=True, text=True, timeout=120)
+        asyncio.run(produce(KAFKA, first.topics["added"], records[100:]))
+        finished(first, len(records))
+        lines = other.stderr.strip().splitlines()
+        if other.returncode == 0 or len(lines) != 1 or "in use by worker pid" not in lines[0]:
+            problems.append(f"the second worker was not refused in one line: rc {other.returncode}, {lines[-3:]}")
+        print(f"        second worker: exit {other.returncode}: {lines[-1][:140] if lines else ''}")
+    finally:
+        first.stop()
+    return problems
+
+
 def main() -> int:
     shutil.rmtree(WORK, ignore_errors=True)
     WORK.mkdir(parents=True)
-    wanted = sys.argv[1:] or ["kills", "steps", "broker", "disk", "lock"]
+    wanted = sys.argv[1:] or ["kills", "steps", "broker", "disk", "lock", "writers", "reprocess", "hostile",
+                              "immutable", "second"]
     results: list[tuple[str, list[str], float]] = []
     for name in wanted:
         scenario(name, globals()[name], results)

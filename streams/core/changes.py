@@ -77,6 +77,7 @@ def apply(store: MemoryStore, change: Change) -> None:
         fields = {**change.updates.get(change.holder, {}), "pending": pending}
         if change.events:
             fields["outbox"] = [*current.outbox, *change.events]
+        if change.events or pending:  # `recover` looks among the unsent: an intent without events too
             fields["outbox_state"] = "unsent"
         store.update(change.holder, fields)
         faults.point("stored")

@@ -185,3 +185,25 @@ def test_reprocess_killed_after_any_write_finishes_the_first_run(tmp_path: Path,
         assert {k: v[:-2] for k, v in state(store).items()} == expected, f"killed after write {n}"
         assert sorted(p.name for p in Path(backup).iterdir() if not p.name.startswith("done-")) == []
         store.close()
+
+
+def test_a_redelivered_erase_deletes_the_rest_and_reports_the_first_count(
+        tmp_path: Path, embedder: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from dreamstream.schemas.control import Command
+    from dreamstream.streams.worker import control
+
+    monkeypatch.setattr(control, "settings", control.settings.model_copy(update={"data_dir": str(tmp_path / "d")}))
+    store = fresh(tmp_path, "s", embedder)
+    total = store.count({"user_id": "u1"})
+    cmd = Command(id="erase-1", command="erase", args={"user": "u1"})
+    with pytest.raises(Crash):  # killed right after its delete, before the audit event and the reply
+        control.erase_user(SimpleNamespace(store=CrashAfter(store, 1)), "u1", cmd)
+    assert store.count({"user_id": "u1"}) == 0
+    again = control.erase_user(SimpleNamespace(store=store), "u1", cmd)
+    assert again["deleted"] == total > 0  # what the first run found, not the 0 left
+    other = control.erase_user(SimpleNamespace(store=store), "u1", Command(id="erase-2", command="erase",
+                                                                           args={"user": "u1"}))
+    assert other["deleted"] == 0
+    store.close()
