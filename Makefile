@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install install-dev system-deps kafka-start kafka-stop demo test lint typecheck bench bench-quality fault-test \
+.PHONY: install install-dev system-deps kafka-start kafka-stop qdrant-start qdrant-stop demo test lint typecheck bench bench-quality fault-test \
 	train-judge clean
 
 DEV_STAMP := $(VENV)/.installed-dev
@@ -42,6 +42,14 @@ kafka-start:
 
 kafka-stop:
 	deploy/kafka/kafka.sh stop
+
+# A Qdrant server for the server path (scale-out): ../shared/bin's build when it is there, else the
+# official image the script names; `export QDRANT_URL=$$(deploy/qdrant/qdrant.sh url)` then points at it.
+qdrant-start:
+	deploy/qdrant/qdrant.sh start
+
+qdrant-stop:
+	deploy/qdrant/qdrant.sh stop
 
 demo: install kafka-start
 	$(PY) -m dreamstream.streams.dev.demo

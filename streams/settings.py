@@ -181,6 +181,8 @@ class Settings(_EnvSettings):
     data_dir: str = Field(default=os.path.join("var", "faust"), validation_alias="DREAM_DATA_DIR")
     qdrant_url: OptStr = Field(default=None, validation_alias="QDRANT_URL")
     qdrant_api_key: OptStr = Field(default=None, validation_alias="QDRANT_API_KEY")
+    qdrant_collection: str = Field(default="dream_memories", validation_alias="DREAM_QDRANT_COLLECTION")
+    """The collection on the server (several deployments, or tests, can share one server)."""
     batch_size: int = Field(default=256, validation_alias="DREAM_BATCH_SIZE")
     """Events per ingest batch at most (fewer when DREAM_BATCH_WITHIN passes first): a batch's store reads
     and writes are a few calls, and the model embeds its next chunk while one is decided."""

@@ -8,6 +8,7 @@ import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,13 +27,52 @@ def embedder():
     return shared_embedder()
 
 
-@pytest.fixture(params=["edge", "server"])
+SHARED_BIN = Path(os.environ.get("DREAM_SHARED_BIN") or ROOT.parent / "shared" / "bin")
+
+
+@pytest.fixture(scope="session")
+def qdrant_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str | None]:
+    """A real Qdrant server: QDRANT_URL when it names one, else the build in ../shared/bin started for
+    this session on a free port (deploy/qdrant/qdrant.sh says how to run the official image); None
+    where neither is there."""
+    given = os.environ.get("QDRANT_URL", "")
+    if given.startswith(("http://", "https://")):
+        yield given
+        return
+    script = SHARED_BIN / "qdrant-server"
+    if not script.exists():
+        yield None
+        return
+    folder = tmp_path_factory.mktemp("qdrant")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    out = subprocess.run([str(script), "start", str(folder), str(port)], capture_output=True, text=True, check=True)
+    try:
+        yield out.stdout.strip().splitlines()[-1]
+    finally:
+        subprocess.run([str(script), "stop", str(folder)], capture_output=True)
+
+
+@pytest.fixture(params=["edge", "memory", "server"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[object]:
-    """Each store test runs on qdrant-edge and on qdrant-client's API (local mode stands in for a server)."""
+    """Each store test runs on qdrant-edge, on qdrant-client's local `:memory:` mode (a Python stand-in)
+    and on a real Qdrant server, in a collection of its own (skipped only where no server can be had)."""
     from dreamstream.streams.store import EdgeStore, ServerStore
 
-    s = EdgeStore(tmp_path / "store") if request.param == "edge" else ServerStore(location=":memory:")
+    if request.param == "edge":
+        s: Any = EdgeStore(tmp_path / "store")
+    elif request.param == "memory":
+        s = ServerStore(location=":memory:")
+    else:
+        url = request.getfixturevalue("qdrant_url")
+        if url is None:
+            pytest.skip(f"no Qdrant server: {SHARED_BIN}/qdrant-server is missing and QDRANT_URL is unset")
+        s = ServerStore(url=url, api_key=os.environ.get("QDRANT_API_KEY") or None,
+                        collection=f"test_{uuid.uuid4().hex[:12]}")
     yield s
+    if request.param == "server":
+        s.client.delete_collection(s.collection)
     s.close()
 
 

@@ -30,7 +30,8 @@ __all__ = ["COLLECTION", "INDEXED_FIELDS", "VECTOR_SIZE", "EdgeStore", "MemorySt
 
 
 def open_store(store_dir: str | None = None, qdrant_url: str | None = None, api_key: str | None = None,
-               owner: str | None = None, min_free_bytes: int = MIN_FREE_BYTES) -> Any:
+               owner: str | None = None, min_free_bytes: int = MIN_FREE_BYTES,
+               collection: str = COLLECTION) -> Any:
     """The configured backend: a Qdrant server when a URL is given, else the embedded shard (locked by
     this process, `owner` saying who it is to any other that tries). Failures are StoreErrors."""
     if not qdrant_url and not store_dir:
@@ -39,7 +40,7 @@ def open_store(store_dir: str | None = None, qdrant_url: str | None = None, api_
         if qdrant_url:
             if qdrant_url == ":memory:":
                 return ServerStore(location=":memory:")
-            return ServerStore(url=qdrant_url, api_key=api_key)
+            return ServerStore(url=qdrant_url, api_key=api_key, collection=collection)
         return EdgeStore(str(store_dir), owner=owner, min_free_bytes=min_free_bytes)
     except DreamError:
         raise
@@ -50,4 +51,4 @@ def open_store(store_dir: str | None = None, qdrant_url: str | None = None, api_
 def open_configured(settings: Settings, store_dir: str | None = None, owner: str | None = None) -> Any:
     """The store the settings name: QDRANT_URL when set, else `store_dir` or DREAM_STORE."""
     return open_store(store_dir or settings.store_dir, settings.qdrant_url, settings.qdrant_api_key, owner,
-                      int(settings.min_free_mb * 2**20))
+                      int(settings.min_free_mb * 2**20), settings.qdrant_collection)

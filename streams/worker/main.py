@@ -12,6 +12,7 @@ from dreamstream.schemas.errors import StoreLocked
 from dreamstream.streams.store.edge import lock_holder
 from dreamstream.streams.worker import api, consolidation, control, ingest, synthesis, watchdog, web
 from dreamstream.streams.worker.app import app, settings
+from dreamstream.streams.worker.logs import fold_client_noise
 from dreamstream.streams.worker.topics import ensure_topics_sync
 
 AGENT_MODULES = (ingest, control, synthesis, consolidation, watchdog, web, api)
@@ -33,6 +34,7 @@ def refuse_a_held_store() -> None:
 def run(args: list[str]) -> None:
     """Creates the declared topics (with their partition counts), then runs Faust's `worker` command."""
     refuse_a_held_store()
+    fold_client_noise()
     ensure_topics_sync(settings)
     sys.argv[:] = ["dream", "worker", *args]  # in place: faust bound the list object as a default
     app.main()

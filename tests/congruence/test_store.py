@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from dreamstream.schemas.memory import Memory
 from dreamstream.streams.store import EdgeStore, normalise_text
@@ -58,3 +59,46 @@ def test_edge_store_survives_reopen(tmp_path) -> None:
 def test_normalised_text_ignores_case_accents_and_punctuation() -> None:
     assert normalise_text("Use PostgreSQL, for AUTH!") == normalise_text("use postgresql for auth")
     assert normalise_text("Café") == normalise_text("cafe")
+
+
+def test_batched_reads_and_writes(store) -> None:
+    store.upsert([mem("a", "u1", "x", 1), mem("b", "u1", "y", 2), mem("c", "u2", "x", 1)])
+    store.update_many(["a", "b"], {"outbox": [{"decision_id": "d1"}], "outbox_state": "unsent"})
+    assert {m.memory_id for m in store.scroll({"outbox_state": "unsent", "user_id": ["u1", "u3"]})} == {"a", "b"}
+    hits = store.nearest_many([vec(1), vec(2)], [{"user_id": "u1"}, {"user_id": "u2"}], 3)
+    assert [m.memory_id for m, _ in hits[0]][0] == "a" and {m.user_id for m, _ in hits[1]} == {"u2"}
+    store.update("a", {"decision_ids": ["d1", "d2"]})
+    assert [m.memory_id for m in store.scroll({"decision_ids": "d2"})] == ["a"]
+
+
+def test_the_pipeline_and_a_crash_safe_change_end_the_same_on_every_backend(store, embedder, tmp_path) -> None:
+    """The sample through ingest, then a consolidation pass killed after its first write and recovered:
+    the export equals the embedded store's, field for field that matters."""
+    from dreamstream.agents import consolidation as cons
+    from dreamstream.streams.core import changes
+    from dreamstream.streams.core import consolidation as runner
+    from dreamstream.streams.core.ingest import Incoming, Processor
+    from dreamstream.streams.core.replay import export_rows
+    from tests.unit.test_consolidation import NOW, memories
+    from tests.unit.test_crash_consistency import GOOD
+    from tests.unit.test_writer_crashes import Crash, CrashAfter
+
+    def run(target: object) -> list[tuple[object, ...]]:
+        proc = Processor(target, embedder)  # type: ignore[arg-type]
+        proc.process([Incoming(raw=r) for r in GOOD])
+        target.upsert(memories(embedder))  # type: ignore[attr-defined]
+        plan, _ = runner.make_plan(target, "u1", "proj", cons.DEFAULT_RETENTION, now=NOW)  # type: ignore[arg-type]
+        assert plan.merges and plan.prunes
+        with pytest.raises(Crash):
+            runner.apply_plan(CrashAfter(target, 1), embedder, plan, {0: "A"},  # type: ignore[arg-type]
+                              pass_id="cons-congruence")
+        assert changes.recover(target)  # type: ignore[arg-type]
+        return sorted((r["memory_id"], r["status"], r["superseded_by"], tuple(r["supersedes"]), r["merged_into"],
+                       tuple(r["merged_from"])) for r in export_rows(target))  # type: ignore[arg-type]
+
+    reference = EdgeStore(tmp_path / "reference")
+    try:
+        want = run(reference)
+    finally:
+        reference.close()
+    assert run(store) == want

@@ -1,14 +1,19 @@
-"""Scale-out: two `dream worker`s in one consumer group share a 4-partition topic against one Qdrant
-server; one is stopped mid-stream, the other takes its partitions over, and the export equals that of a
-single worker given the same events. Runs only where QDRANT_URL points at a Qdrant server (the embedded
-store is one process's folder, so it cannot be shared)."""
+"""Scale-out on a real Qdrant server: several `dream worker`s in one consumer group, with failover, and
+the server itself failing mid-stream. The server is QDRANT_URL when set, else the build in
+../shared/bin started for the session (tests/conftest.py); skipped only where neither exists."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import signal
+import socket
+import subprocess
 import time
+import urllib.error
 import urllib.request
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,24 +22,21 @@ import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from dreamstream.streams.dev.localrun import WorkerProcess, produce
-from dreamstream.streams.store import ServerStore
+from dreamstream.streams.core.embedding import shared_embedder
+from dreamstream.streams.core.ingest import Incoming, Processor
+from dreamstream.streams.dev.localrun import WorkerProcess, consume_all, produce
+from dreamstream.streams.store import EdgeStore, ServerStore
+from tests.conftest import SHARED_BIN
 from tests.helpers import comparable
 from tests.integration.test_kafka import sample_events
 
-QDRANT_URL = os.environ.get("QDRANT_URL", "")
-pytestmark = [
-    pytest.mark.kafka,
-    pytest.mark.skipif(not QDRANT_URL.startswith(("http://", "https://")),
-                       reason="needs a Qdrant server: set QDRANT_URL=http://host:6333"),
-]
+pytestmark = [pytest.mark.kafka]
 
 
-def events(unique: str) -> list[bytes]:
-    """The events of 24 users of the held-out case, under ids of this run only (the server's collection
-    is shared)."""
+def events(unique: str, n_users: int = 24) -> list[bytes]:
+    """The events of some users of the held-out case, under ids of this run only."""
     out = []
-    for raw in sample_events(n_users=24):
+    for raw in sample_events(n_users=n_users):
         e = orjson.loads(raw)
         for key in ("user_id", "memory_id", "event_id"):
             e[key] = f"{e[key]}-{unique}"
@@ -43,30 +45,48 @@ def events(unique: str) -> list[bytes]:
 
 
 @pytest.fixture
-def server() -> Iterator[ServerStore]:
-    store = ServerStore(url=QDRANT_URL, api_key=os.environ.get("QDRANT_API_KEY") or None)
+def server(qdrant_url: str | None, unique: str) -> Iterator[ServerStore]:
+    """A collection of this test's own on the real server."""
+    if qdrant_url is None:
+        pytest.skip(f"no Qdrant server: {SHARED_BIN}/qdrant-server is missing and QDRANT_URL is unset")
+    store = ServerStore(url=qdrant_url, api_key=os.environ.get("QDRANT_API_KEY") or None,
+                        collection=f"scale_{unique}")
     yield store
+    store.client.delete_collection(store.collection)
     store.close()
 
 
-def stored(store: ServerStore, users: list[str]) -> int:
-    return store.count({"user_id": users})
+def worker_env(store: ServerStore, partitions: int) -> dict[str, str]:
+    return {"QDRANT_URL": str(store.url), "DREAM_QDRANT_COLLECTION": store.collection, "DREAM_PARTITIONS": str(partitions)}
 
 
-def export(store: ServerStore, users: list[str]) -> list[dict[str, Any]]:
-    return [m.export_row() for m in store.scroll({"user_id": users})]
-
-
-def erase(store: ServerStore, users: list[str]) -> None:
-    store.delete([m.memory_id for m in store.scroll({"user_id": users})])
+def reference(records: list[bytes], tmp_path: Path) -> list[tuple[Any, ...]]:
+    """The same events replayed in process into an embedded store: what every run must end in."""
+    store = EdgeStore(tmp_path / "reference")
+    try:
+        proc = Processor(store, shared_embedder())
+        for i in range(0, len(records), 64):
+            proc.process([Incoming(raw=r) for r in records[i:i + 64]])
+        return comparable([m.export_row() for m in store.scroll()])
+    finally:
+        store.close()
 
 
 def stored_by(worker: WorkerProcess) -> float:
-    """Events this worker stored, from its own /metrics."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{worker.port}/metrics", timeout=5) as r:
-        text = r.read().decode()
+    """Events this worker stored, from its own /metrics (0 while it is not up)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{worker.port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+    except OSError:
+        return 0.0
     return sum(s.value for fam in text_string_to_metric_families(text) if fam.name == "dreamstream_events"
                for s in fam.samples if s.name == "dreamstream_events_total" and s.labels.get("outcome") == "stored")
+
+
+def inputs_held(worker: WorkerProcess) -> set[int]:
+    """The memory.added partitions this worker holds now."""
+    state = worker.consumer_state()
+    return {p["partition"] for p in state.get("assigned", []) if p["topic"] == worker.topics["added"]}
 
 
 def wait(pred: Any, timeout: float, what: str) -> None:
@@ -77,44 +97,133 @@ def wait(pred: Any, timeout: float, what: str) -> None:
         time.sleep(0.5)
 
 
-def test_two_workers_share_partitions_and_one_stopping_changes_nothing(
+def group_settled(workers: list[WorkerProcess], partitions: int) -> bool:
+    """Every worker holds input partitions, and together all of them, once each (the rebalance is done)."""
+    held = [inputs_held(w) for w in workers]
+    return all(held) and sorted(p for h in held for p in h) == list(range(partitions))
+
+
+def check_run(store: ServerStore, records: list[bytes], want: list[tuple[Any, ...]], status_topic: str,
+              kafka: str) -> None:
+    """The export equals the reference; no decision applied twice; every decision on the status topic."""
+    rows = [m for m in store.scroll()]
+    assert len(rows) == len({m.memory_id for m in rows}) == len(records)
+    assert comparable([m.export_row() for m in rows]) == want
+    for m in rows:
+        assert len(m.decision_ids) == len(set(m.decision_ids)), f"{m.memory_id}: a decision applied twice"
+    decided = {d["decision_id"] for m in rows for d in m.decisions}
+    status = asyncio.run(consume_all(kafka, status_topic, 10**9, timeout=10))
+    assert decided <= {e["decision_id"] for e in status}
+
+
+def test_three_workers_on_six_partitions_one_killed_one_added(
     kafka: str, unique: str, tmp_path: Path, server: ServerStore
 ) -> None:
+    """Three workers share six partitions; one is SIGKILLed mid-stream and a fourth joins: the export
+    equals a single replay, every decision has its status event, and every worker's API reads every user."""
     records = events(unique)
     users = sorted({orjson.loads(r)["user_id"] for r in records})
-    env = {"QDRANT_URL": QDRANT_URL, "DREAM_PARTITIONS": "4"}
+    want = reference(records, tmp_path)
+    env = worker_env(server, 6)
+    group = f"trio-{unique}"
+    workers = [WorkerProcess(kafka, group, tmp_path / name, extra_env=env) for name in ("a", "b", "c", "d")]
+    a, b, c, d = workers
     try:
-        # The reference: one worker, all four partitions.
-        single = WorkerProcess(kafka, f"single-{unique}", tmp_path / "single", extra_env=env)
-        single.start()
-        try:
-            asyncio.run(produce(kafka, single.topics["added"], records))
-            wait(lambda: stored(server, users) >= len(records), 240, "single worker stored everything")
-        finally:
-            single.stop()
-        reference = export(server, users)
-        assert len(reference) == len(records)
-        erase(server, users)
-        assert stored(server, users) == 0
-
-        # Two workers of one group (same name: same topics and app id), each with its own port and data dir.
-        a = WorkerProcess(kafka, f"pair-{unique}", tmp_path / "a", extra_env=env)
-        b = WorkerProcess(kafka, f"pair-{unique}", tmp_path / "b", extra_env=env)
-        a.start()  # first, so the collection exists before the second opens it
-        b.start()
-        try:
-            half = len(records) // 2
-            asyncio.run(produce(kafka, a.topics["added"], records[:half]))
-            wait(lambda: stored_by(a) > 0 and stored_by(b) > 0, 180, "both workers got partitions and stored")
-            b.stop()  # mid-stream: its partitions move to `a`, which resumes from b's last commit
-            asyncio.run(produce(kafka, a.topics["added"], records[half:]))
-            wait(lambda: stored(server, users) >= len(records), 240, "the remaining worker stored everything")
-            time.sleep(3)  # anything redelivered after the rebalance is applied (as a no-op) by now
-        finally:
-            a.stop()
-            b.stop()
-        got = export(server, users)
-        assert len(got) == len({r["memory_id"] for r in got}) == len(records)
-        assert comparable(got) == comparable(reference)
+        for w in (a, b, c):
+            w.start()
+        wait(lambda: group_settled([a, b, c], 6), 120, "three workers hold all six partitions")
+        third = len(records) // 3
+        asyncio.run(produce(kafka, a.topics["added"], records[:third]))
+        wait(lambda: server.count() >= third // 2, 180, "a first part stored")
+        b.kill()  # mid-stream, no shutdown: its partitions come back to the group after the session timeout
+        d.start()
+        asyncio.run(produce(kafka, a.topics["added"], records[third:]))
+        wait(lambda: server.count() >= len(records), 300, "the workers stored everything")
+        wait(lambda: group_settled([a, c, d], 6), 120, "the three live workers hold all six partitions")
+        time.sleep(3)  # anything redelivered after the rebalances is applied (as a no-op) by now
+        for w in (a, c, d):
+            for user in users:
+                rows = w.read(f"user={user}&include_merged=1")["memories"]
+                assert len(rows) == server.count({"user_id": user}), f"worker on {w.port} reads {user} short"
+        check_run(server, records, want, a.topics["status"], kafka)
     finally:
-        erase(server, users)
+        for w in workers:
+            w.stop()
+
+
+class QdrantServer:
+    """A Qdrant server of the test's own (it is killed and restarted), from ../shared/bin."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = int(sock.getsockname()[1])
+        self.script = str(SHARED_BIN / "qdrant-server")
+
+    def start(self) -> str:
+        out = subprocess.run([self.script, "start", str(self.folder), str(self.port)], capture_output=True,
+                             text=True, check=True)
+        return out.stdout.strip().splitlines()[-1]
+
+    def kill(self) -> None:
+        os.kill(int((self.folder / "qdrant.pid").read_text()), signal.SIGKILL)
+        (self.folder / "qdrant.pid").unlink()
+
+    def stop(self) -> None:
+        subprocess.run([self.script, "stop", str(self.folder)], capture_output=True)
+
+
+def healthz(worker: WorkerProcess) -> tuple[int, dict[str, Any]]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{worker.port}/healthz", timeout=3) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"{}")
+    except OSError:
+        return 0, {}
+
+
+def metric(worker: WorkerProcess, name: str) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{worker.port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return sum(s.value for fam in text_string_to_metric_families(text) for s in fam.samples if s.name == name)
+
+
+@pytest.mark.skipif(not (SHARED_BIN / "qdrant-server").exists(), reason="needs ../shared/bin/qdrant-server")
+def test_the_qdrant_server_killed_and_restarted_mid_stream(kafka: str, unique: str, tmp_path: Path) -> None:
+    """The worker pauses with the reason on /healthz and the store-fault metric, retries with backoff,
+    resumes when the server is back, and loses, doubles or dead-letters nothing valid."""
+    qdrant = QdrantServer(tmp_path / "qdrant")
+    url = qdrant.start()
+    records = events(unique, n_users=12)
+    want = reference(records, tmp_path)
+    worker = WorkerProcess(kafka, f"qfault-{unique}", tmp_path / "w", extra_env={"QDRANT_URL": url})
+    try:
+        worker.start()
+        half = len(records) // 2
+        asyncio.run(produce(kafka, worker.topics["added"], records[:half]))
+        worker.wait_for(lambda s: s.get("memories", 0) >= half, timeout=120)
+        qdrant.kill()
+        asyncio.run(produce(kafka, worker.topics["added"], records[half:]))
+        deadline = time.monotonic() + 60
+        while (health := healthz(worker))[1].get("status") != "store_fault":
+            assert time.monotonic() < deadline, f"no store_fault on /healthz: {health}"
+            time.sleep(0.5)
+        assert metric(worker, "dreamstream_store_fault") == 1
+        assert "cause" in health[1] and worker.proc is not None and worker.proc.poll() is None
+        qdrant.start()  # the same storage: what was stored before is there
+        worker.wait_for(lambda s: s.get("memories", 0) >= len(records), timeout=180)
+        time.sleep(2)
+        assert healthz(worker)[1].get("status") == "ok" and metric(worker, "dreamstream_store_fault") == 0
+        worker.stop()
+        store = ServerStore(url=url)
+        try:
+            check_run(store, records, want, worker.topics["status"], kafka)
+        finally:
+            store.close()
+        letters = asyncio.run(consume_all(kafka, worker.topics["dead"], 10**9, timeout=5))
+        assert letters == [], Counter(d["reason"] for d in letters)
+    finally:
+        worker.stop()
+        qdrant.stop()
