@@ -480,8 +480,8 @@ def export_of_user(store_dir: Path, user: str) -> list[tuple[Any, ...]]:
 def hostile_records(victim: dict[str, Any]) -> list[tuple[bytes | None, bytes | None, str]]:
     """(key, value, what) of records that must be dead-lettered, never stored, never overwrite."""
     def ev(**fields: Any) -> bytes:
-        base = {"type": "memory.added", "event_id": f"h-{time.time_ns()}", "memory_id": f"hm-{time.time_ns()}", "user_id": "u-hostile", "text": "A hostile record.",
-                "created_at": "2026-03-01T10:00:00Z"}
+        base = {"type": "memory.added", "event_id": f"h-{time.time_ns()}", "memory_id": f"hm-{time.time_ns()}",
+                "user_id": "u-hostile", "text": "A hostile record.", "created_at": "2026-03-01T10:00:00Z"}
         return orjson.dumps({**base, **fields})
 
     def keyed(raw: bytes) -> bytes:

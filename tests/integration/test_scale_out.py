@@ -57,7 +57,8 @@ def server(qdrant_url: str | None, unique: str) -> Iterator[ServerStore]:
 
 
 def worker_env(store: ServerStore, partitions: int) -> dict[str, str]:
-    return {"QDRANT_URL": str(store.url), "DREAM_QDRANT_COLLECTION": store.collection, "DREAM_PARTITIONS": str(partitions)}
+    return {"QDRANT_URL": str(store.url), "DREAM_QDRANT_COLLECTION": store.collection,
+            "DREAM_PARTITIONS": str(partitions)}
 
 
 def reference(records: list[bytes], tmp_path: Path) -> list[tuple[Any, ...]]:
