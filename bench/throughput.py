@@ -13,7 +13,8 @@ PNG plot (var/bench/result.json, var/bench/throughput.png).
 5. Store size: bench/scale.py at BENCH_SCALE_SIZES (1k to 1M memories): per-add cost and read latency.
 
 Environment: BENCH_EVENTS (2000), DREAM_BATCH_SIZE (the worker's), BENCH_LOAD_SECONDS,
-BENCH_SCALE_SIZES ("1000,10000,100000,1000000"; "" skips), KAFKA_BOOTSTRAP.
+BENCH_SCALE_SIZES ("1000,10000,100000,1000000"; "" skips), KAFKA_BOOTSTRAP. With QDRANT_URL set
+(`make qdrant-start`), a sixth part: end to end on that server with 1, 2 and 3 workers.
 """
 
 from __future__ import annotations
@@ -83,6 +84,51 @@ def end_to_end(kafka: str, records: list[bytes], batch: int) -> dict[str, Any]:
     return {"events": len(records), "seconds": wall, "events_per_s": len(records) / wall, "model_seconds": model,
             "model_share": model / wall, "batches": batches, "processing_seconds": processing,
             "store_dir": str(worker.store_dir)}
+
+
+def metric_total(port: int, name: str) -> float:
+    """Every sample of one metric family's `name` summed over its labels."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return sum(float(m.group(1)) for m in re.finditer(rf"^{re.escape(name)}(?:{{[^}}]*}})? ([0-9.e+-]+)$", text,
+                                                      re.MULTILINE))
+
+
+def server_scaling(kafka: str, records: list[bytes], batch: int, url: str) -> list[dict[str, Any]]:
+    """End to end on a Qdrant server with 1, 2 and 3 workers in one group (a fresh collection each):
+    events/s and store round trips per event. On 2 cores the workers share the same CPUs, so this
+    measures the overhead of scaling out, not its gain."""
+    from dreamstream.streams.store import ServerStore
+
+    out = []
+    for k in (1, 2, 3):
+        stamp = int(time.time())
+        env = {"QDRANT_URL": url, "DREAM_QDRANT_COLLECTION": f"bench_{k}_{stamp}", "DREAM_BATCH_SIZE": str(batch)}
+        workers = [WorkerProcess(kafka, f"bench-srv{k}-{stamp}", OUT / "server" / f"{k}-{i}", env) for i in range(k)]
+        store = ServerStore(url=url, collection=env["DREAM_QDRANT_COLLECTION"])
+        try:
+            for w in workers:
+                w.start()
+            deadline = time.monotonic() + 120
+            while any(not w.consumer_state().get("assigned") for w in workers) and time.monotonic() < deadline:
+                time.sleep(0.5)
+            time.sleep(3)  # the group's last rebalance settles
+            start = time.perf_counter()
+            asyncio.run(produce(kafka, workers[0].topics["added"], records))
+            while store.count() < len(records):
+                if time.perf_counter() - start > 900:
+                    raise RuntimeError(f"{k} workers: only {store.count()} of {len(records)} stored in 900 s")
+                time.sleep(0.2)
+            wall = time.perf_counter() - start
+            calls = sum(metric_total(w.port, "dreamstream_store_operation_duration_seconds_count") for w in workers)
+        finally:
+            for w in workers:
+                w.stop()
+            store.client.delete_collection(store.collection)
+            store.close()
+        out.append({"workers": k, "events": len(records), "seconds": wall, "events_per_s": len(records) / wall,
+                    "store_calls_per_event": calls / len(records)})
+    return out
 
 
 def model_rates(texts: list[str], batch: int) -> dict[str, dict[str, float]]:
@@ -230,10 +276,15 @@ def main() -> int:
     load["batch_model_ms"] = 1000 * batch / ceiling
     print("store size ...", file=sys.stderr)
     scaled = scale.run(sizes) if sizes else []
+    url = os.environ.get("QDRANT_URL", "")
+    server = []
+    if url.startswith(("http://", "https://")):
+        print(f"end to end on the Qdrant server at {url}, 1 to 3 workers ...", file=sys.stderr)
+        server = server_scaling(kafka, records, batch, url)
 
     result = {"cores": os.cpu_count(), "batch_size": batch, "backend": backend,
               "cli": {"help_s": help_s, "get_s": get_s}, "e2e": e2e, "models": models, "ceiling_texts_per_s": ceiling,
-              "load": load, "scale": scaled}
+              "load": load, "scale": scaled, "server": server}
     (OUT / "result.json").write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
     plot(result, OUT / "throughput.png")
 
@@ -261,6 +312,12 @@ def main() -> int:
                   f"{r['rss_mb']:,.0f} |")
         first, last = scaled[0], scaled[-1]
         print(f"per-add mean {last['size']:,} vs {first['size']:,}: {last['add_ms_mean'] / first['add_ms_mean']:.2f}x")
+    if server:
+        print(f"\nend to end on a Qdrant server ({url}), {n} events; {os.cpu_count()} cores shared by every worker:"
+              " this measures what scaling out costs, not what it gains")
+        print("| workers | events/s | store calls per event |\n| ---: | ---: | ---: |")
+        for row in server:
+            print(f"| {row['workers']} | {row['events_per_s']:.1f} | {row['store_calls_per_event']:.2f} |")
     print(f"\nwritten: {OUT / 'result.json'}, {OUT / 'throughput.png'}")
     return 0
 

@@ -13,6 +13,7 @@ from dreamstream.streams.settings import KafkaSecurity, Settings, SettingsError,
 ENV_NAMES = {  # field -> the variable it has always been read from
     "app_id": "DREAM_APP_ID", "broker": "KAFKA_BOOTSTRAP", "store_dir": "DREAM_STORE",
     "data_dir": "DREAM_DATA_DIR", "qdrant_url": "QDRANT_URL", "qdrant_api_key": "QDRANT_API_KEY",
+    "qdrant_collection": "DREAM_QDRANT_COLLECTION",
     "batch_size": "DREAM_BATCH_SIZE", "batch_within": "DREAM_BATCH_WITHIN",
     "session_timeout": "DREAM_SESSION_TIMEOUT", "stall_seconds": "DREAM_STALL_SECONDS",
     "min_free_mb": "DREAM_MIN_FREE_MB", "api_token": "DREAM_API_TOKEN",
