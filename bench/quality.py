@@ -13,7 +13,8 @@ that has themes (theme recall and pattern precision per case) and on locomo (its
 
 Judges are measured side by side (`--judges`, default: the learned judge and the rules alone): every
 case is replayed once per judge. The project's own corpus comes first: the sealed test split's
-labelled pairs (bench/corpus), each judged alone, precision and recall per action. On locomo the
+labelled pairs (bench/corpus), each judged alone, precision and recall per action; with `--synthesis`,
+also synthesis on those people's streams against the themes helpers wrote for them. On locomo the
 review items (abstentions) are audited too: `--todo-reviews FILE` writes the unjudged ones for a
 reader, and verdicts live in bench/audits/real-locomo-reviews.jsonl.
 """
@@ -132,6 +133,14 @@ def main() -> int:
         return 2
     want = set(a.only or [*SYNTHETIC, *REAL, "corpus"])
     result: dict[str, Any] = {"corpus": {}, "synthetic": {}, "real": {}}
+    if a.synthesis and "corpus" in want:
+        # The corpus's sealed test people with the themes their streams carry (bench/corpus/THEMES.md):
+        # synthesis only (their labels say nothing of merges).
+        from dreamstream.streams.dev import judge_corpus as jc
+
+        SYNTHETIC["corpus-themes"] = WORK / "corpus-themes-case"
+        jc.themes_case("test", SYNTHETIC["corpus-themes"])
+        want.add("corpus-themes")
     if "corpus" in want:
         print("judging the corpus's sealed test pairs ...", file=sys.stderr, flush=True)
         result["corpus"] = corpus_scores(a.judges)
@@ -180,7 +189,8 @@ def main() -> int:
     print("Synthetic cases (labelled; score.py)")
     print(table([[n, s["supersede_precision"], s["supersede_recall"], s["supersede_f1"], s["false_supersede_rate"],
                   s["merge_precision"], s["merge_recall"], s["merge_f1"], s["canonical_accuracy"],
-                  s["cross_user_links"], s["decisions"].get("review", 0)] for n, s in syn.items()],
+                  s["cross_user_links"], s["decisions"].get("review", 0)] for n, s in syn.items()
+                 if not n.startswith("corpus-themes/")],
                 ["case/judge", "sup P", "sup R", "sup F1", "false sup", "merge P", "merge R", "merge F1", "canonical",
                  "cross-user", "reviews"]))
     if a.synthesis:

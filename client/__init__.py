@@ -48,8 +48,9 @@ class Accepted:
 
 @dataclass(frozen=True)
 class Memory:
-    """One memory as the API returns it; `label` is current, history, pattern, merged or expired, and
-    `replaced_by` names the memory that holds now for a history row."""
+    """One memory as the API returns it; `label` is current, history, pattern, merged or expired,
+    `replaced_by` names the memory that holds now for a history row, and `review` is set while a
+    review item waits on it (`proposal`, `side` and the other memory, `with`)."""
 
     memory_id: str
     user_id: str
@@ -61,6 +62,9 @@ class Memory:
     merged_into: str | None = None
     replaced_by: dict[str, Any] | None = None
     score: float | None = None
+    review: dict[str, Any] | None = None
+    app_id: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict, compare=False)
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -68,7 +72,8 @@ class Memory:
         return cls(memory_id=row["memory_id"], user_id=row["user_id"], text=row["text"], status=row["status"],
                    label=row.get("label", row["status"]), created_at=row["created_at"],
                    superseded_by=row.get("superseded_by"), merged_into=row.get("merged_into"),
-                   replaced_by=row.get("replaced_by"), score=row.get("score"), raw=dict(row))
+                   replaced_by=row.get("replaced_by"), score=row.get("score"), review=row.get("review"),
+                   app_id=row.get("app_id"), metadata=dict(row.get("metadata") or {}), raw=dict(row))
 
 
 @dataclass(frozen=True)

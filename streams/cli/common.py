@@ -96,6 +96,10 @@ def print_rows(rows: list[dict[str, Any]], as_json: bool) -> None:
             link = f"  <- from {len(r['sources'])} memories"
         score = f" {r['score']:.3f}" if "score" in r else ""
         click.echo(f"[{r['label']:<8}]{score} {r['memory_id']}  {r['created_at'][:10]}  {r['text']}{link}")
+        if r.get("review"):
+            from dreamstream.streams.core.reads import review_note
+
+            click.echo(f"           ? {review_note(r['review'])}")
 
 
 def print_table(header: list[str], rows: list[Any]) -> None:

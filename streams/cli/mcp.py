@@ -31,6 +31,8 @@ def build(url: str, token: str | None) -> Any:
         out = {"memory_id": m.memory_id, "text": m.text, "label": m.label, "created_at": m.created_at}
         if m.replaced_by:
             out["replaced_by"] = m.replaced_by
+        if m.review:
+            out["review"] = m.review  # a pair waiting for a person: say so rather than show two facts
         return out
 
     async def call(fn: Any) -> Any:

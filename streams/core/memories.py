@@ -58,6 +58,7 @@ def get_memory(store: MemoryStore, memory_id: str, user: str) -> dict[str, Any] 
         return None
     row = reads.row(got)
     reads.replaced_by(store, [row])
+    reads.mark_reviews(store, [got], [row])
     return row
 
 

@@ -131,12 +131,68 @@ def replaced_by(store: MemoryStore, rows: list[dict[str, Any]]) -> None:
             row["replaced_by"] = {"memory_id": final.memory_id, "text": final.text, "status": final.status}
 
 
+def open_reviews(store: MemoryStore, memories: Sequence[Memory]) -> dict[str, dict[str, Any]]:
+    """Per memory, the review item still waiting on it: a pair the judge would not decide alone (the
+    proposal, `supersede` or `merge`, and the other memory). The newer memory holds the item; the
+    older one only has its decision id, so those are looked up in one call. Open means: not undone,
+    and both memories still current (a pass or an undo that changed either settled it)."""
+    items: dict[str, tuple[Memory, dict[str, Any]]] = {}
+    for m in memories:
+        for item in m.conflicts:
+            if item.get("review"):
+                items[item["decision_id"]] = (m, item)
+    elsewhere = sorted({d for m in memories for d in m.decision_ids} - set(items))
+    if elsewhere and memories:
+        for holder in store.scroll({"user_id": memories[0].user_id, "decision_ids": elsewhere}):
+            for item in holder.conflicts:
+                if item.get("review") and item["decision_id"] in elsewhere:
+                    items[item["decision_id"]] = (holder, item)
+    known = {m.memory_id: m for m in memories}
+    missing = {t for _, item in items.values() for t in item.get("with", [])} - set(known)
+    if missing:
+        known.update(store.retrieve(sorted(missing)))
+    out: dict[str, dict[str, Any]] = {}
+    for did, (newer, item) in items.items():
+        undone = any(r.get("decision_id") == did and r.get("undone") for r in newer.decisions)
+        others = [known.get(t) for t in item.get("with", [])]
+        if undone or newer.status != "active" or not others or any(o is None or o.status != "active" for o in others):
+            continue
+        for older in others:
+            assert older is not None
+            out.setdefault(newer.memory_id, {"decision_id": did, "proposal": item["review"], "side": "newer",
+                                             "with": {"memory_id": older.memory_id, "text": older.text}})
+            out.setdefault(older.memory_id, {"decision_id": did, "proposal": item["review"], "side": "older",
+                                             "with": {"memory_id": newer.memory_id, "text": newer.text}})
+    return out
+
+
+def review_note(review: Mapping[str, Any]) -> str:
+    """A review mark in words, for people (the CLI)."""
+    other = review["with"]
+    quoted = f'{other["memory_id"]} ("{other["text"][:60]}")'
+    if review["proposal"] == "merge":
+        return f"review: may be the same as {quoted}"
+    if review["side"] == "newer":
+        return f"review: may replace {quoted}"
+    return f"review: may be replaced by {quoted}"
+
+
+def mark_reviews(store: MemoryStore, memories: Sequence[Memory], rows: list[dict[str, Any]]) -> None:
+    """Puts `review` on each row with an open review item (see `open_reviews`)."""
+    marks = open_reviews(store, memories)
+    for r in rows:
+        if r["memory_id"] in marks:
+            r["review"] = marks[r["memory_id"]]
+
+
 def get(store: MemoryStore, user_id: str, mode: str = "default") -> list[dict[str, Any]]:
-    """A user's memories, current ones first, each group oldest first."""
+    """A user's memories, current ones first, each group oldest first; a row with an open review item
+    says so (`review`)."""
     memories = sorted(store.scroll(_where(user_id, mode)),
                       key=lambda m: (current_first(m), m.created_at, m.memory_id))
     rows = [row(m) for m in memories]
     replaced_by(store, [r for r in rows if r["label"] in ("history", "merged")])
+    mark_reviews(store, memories, rows)
     return rows
 
 
@@ -162,4 +218,5 @@ def search(
         r["relevance"] = round(relevance, 4)
         rows.append(r)
     replaced_by(store, [r for r in rows if r["label"] in ("history", "merged")])
+    mark_reviews(store, [m for m, _, _ in ranked], rows)
     return rows

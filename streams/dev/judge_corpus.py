@@ -206,3 +206,44 @@ def revoiced(text: str, name: str | None) -> str | None:
     if name and text.startswith(name + "'s "):
         return "User's " + text[len(name) + 3:]
     return None
+
+
+THEMES = ROOT / "themes"
+
+
+def themes_case(split: str, out: Path, folder: Path = STREAMS) -> int:
+    """The corpus's people of one split as a benchmark case in the shared format (events.jsonl,
+    labels.jsonl, themes.jsonl), for synthesis's theme recall and pattern precision: the themes the
+    helpers wrote (bench/corpus/THEMES.md), their members by memory id. Labels say only `active`:
+    the case measures synthesis, not merges. Returns how many themes it holds."""
+    events: list[dict[str, Any]] = []
+    themes: list[dict[str, Any]] = []
+    for path in sorted(folder.glob("w*.jsonl")):
+        if path.name.endswith(".intent.jsonl"):
+            continue
+        ids: dict[int, str] = {}
+        counters: dict[str, int] = defaultdict(int)
+        for line, row in enumerate(read_jsonl(path), start=1):
+            person = str(row["person"])
+            i = counters[person]
+            counters[person] += 1
+            ids[line] = f"{person}-{i:04d}"
+            if split_of(person) != split:
+                continue
+            minute = i % 600
+            events.append({"type": "memory.added", "event_id": f"e-{ids[line]}", "memory_id": ids[line],
+                           "user_id": person, "app_id": None, "agent_id": None, "run_id": None,
+                           "text": str(row["text"]),
+                           "created_at": f"{row['date']}T{8 + minute // 60:02d}:{minute % 60:02d}:00Z",
+                           "metadata": {"type": "user_fact", "confidence": 0.9, "pinned": False}})
+        theme_file = THEMES / path.name
+        for n, t in enumerate(read_jsonl(theme_file) if theme_file.exists() else []):
+            if split_of(str(t["person"])) == split:
+                themes.append({"user_id": t["person"], "theme": f"{path.stem}-t{n:03d}", "hint": t["theme"],
+                               "memory_ids": [ids[m] for m in t["members"]]})
+    events.sort(key=lambda e: (e["created_at"], e["memory_id"]))
+    out.mkdir(parents=True, exist_ok=True)
+    for name, rows in (("events", events), ("themes", themes),
+                       ("labels", [{"memory_id": e["memory_id"], "expect": "active"} for e in events])):
+        (out / f"{name}.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    return len(themes)

@@ -264,3 +264,32 @@ def test_undoing_a_review_item_dismisses_it(edge_store, embedder: Embedder,  # t
     assert proc.undo(review["decision_id"]) == []  # nothing had changed, nothing to revert
     active = {m.memory_id: m for m in edge_store.scroll({"user_id": "u1"})}
     assert recorded_reviews(active) == []
+
+
+def test_reads_mark_both_sides_of_an_open_review_item(edge_store, embedder: Embedder,  # type: ignore[no-untyped-def]
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """"Tomas lives in Porto." then "Tomas moved to Braga.": the judge leaves the pair to a person, and
+    every read says so on both rows (until the item is settled) instead of showing two current facts."""
+    from dreamstream.streams.core import memories, reads
+
+    monkeypatch.setenv("DREAM_JUDGE", "offline")
+    proc = Processor(edge_store, embedder)
+    result = proc.process([
+        Incoming(line(event(1, "u1", "Tomas lives in Porto.", day=2, run_id="chat-7"))),
+        Incoming(line(event(2, "u1", "Tomas moved to Braga.", day=2, run_id="chat-7"))),
+    ])
+    [review] = result.status_events
+    for mode in ("default", "latest_only"):
+        rows = {r["memory_id"]: r for r in reads.get(edge_store, "u1", mode)}
+        assert rows["m-u1-2"]["review"] == {"decision_id": review["decision_id"], "proposal": "supersede",
+                                            "side": "newer",
+                                            "with": {"memory_id": "m-u1-1", "text": "Tomas lives in Porto."}}
+        assert rows["m-u1-1"]["review"]["side"] == "older"
+        assert rows["m-u1-1"]["review"]["with"]["memory_id"] == "m-u1-2"
+    [hit] = reads.search(edge_store, embedder, "u1", "where does Tomas live", limit=1)
+    assert hit["review"]["decision_id"] == review["decision_id"]  # the other side found by its decision id
+    one = memories.get_memory(edge_store, "m-u1-1", "u1")
+    assert one is not None and one["review"]["with"]["memory_id"] == "m-u1-2"
+    assert reads.review_note(one["review"]) == 'review: may be replaced by m-u1-2 ("Tomas moved to Braga.")'
+    proc.undo(review["decision_id"])  # dismissed: nothing waits any more
+    assert not any("review" in r for r in reads.get(edge_store, "u1"))
