@@ -133,7 +133,7 @@ def main() -> int:
         return 2
     want = set(a.only or [*SYNTHETIC, *REAL, "corpus"])
     result: dict[str, Any] = {"corpus": {}, "synthetic": {}, "real": {}}
-    if a.synthesis and "corpus" in want:
+    if a.synthesis and want & {"corpus", "corpus-themes"}:
         # The corpus's sealed test people with the themes their streams carry (bench/corpus/THEMES.md):
         # synthesis only (their labels say nothing of merges).
         from dreamstream.streams.dev import judge_corpus as jc

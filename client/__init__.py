@@ -83,8 +83,14 @@ class Page:
 
 
 def _read_params(user_id: str, query: str | None, latest_only: bool, include_merged: bool, limit: int | None,
-                 cursor: str | None, filters: Mapping[str, str | None]) -> dict[str, str]:
+                 cursor: str | None, filters: Mapping[str, str | None], threshold: float | None = None,
+                 metadata: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """Query parameters of a read; `metadata` filters on any metadata key, `threshold` floors a
+    search's relevance (0..1). The API refuses a parameter it does not know."""
     params: dict[str, str] = {"user": user_id}
+    if threshold is not None:
+        params["threshold"] = str(threshold)
+    params.update({f"metadata.{k}": str(v) for k, v in (metadata or {}).items()})
     if query:
         params["q"] = query
     if latest_only:
@@ -150,13 +156,15 @@ class Client:
         return out
 
     def search(self, user_id: str, query: str, *, latest_only: bool = False, include_merged: bool = False,
-               limit: int = 10, cursor: str | None = None, **filters: str | None) -> Page:
-        params = _read_params(user_id, query, latest_only, include_merged, limit, cursor, filters)
+               limit: int = 10, cursor: str | None = None, threshold: float | None = None,
+               metadata: Mapping[str, Any] | None = None, **filters: str | None) -> Page:
+        params = _read_params(user_id, query, latest_only, include_merged, limit, cursor, filters, threshold, metadata)
         return _page(_checked(self._http.get("/v1/memories", params=params)))
 
     def list(self, user_id: str, *, latest_only: bool = False, include_merged: bool = False,
-             limit: int | None = None, cursor: str | None = None, **filters: str | None) -> Page:
-        params = _read_params(user_id, None, latest_only, include_merged, limit, cursor, filters)
+             limit: int | None = None, cursor: str | None = None,
+             metadata: Mapping[str, Any] | None = None, **filters: str | None) -> Page:
+        params = _read_params(user_id, None, latest_only, include_merged, limit, cursor, filters, None, metadata)
         return _page(_checked(self._http.get("/v1/memories", params=params)))
 
     def undo(self, decision_id: str) -> JSONList:
@@ -208,13 +216,15 @@ class AsyncClient:
         return out
 
     async def search(self, user_id: str, query: str, *, latest_only: bool = False, include_merged: bool = False,
-                     limit: int = 10, cursor: str | None = None, **filters: str | None) -> Page:
-        params = _read_params(user_id, query, latest_only, include_merged, limit, cursor, filters)
+                     limit: int = 10, cursor: str | None = None, threshold: float | None = None,
+                     metadata: Mapping[str, Any] | None = None, **filters: str | None) -> Page:
+        params = _read_params(user_id, query, latest_only, include_merged, limit, cursor, filters, threshold, metadata)
         return _page(_checked(await self._http.get("/v1/memories", params=params)))
 
     async def list(self, user_id: str, *, latest_only: bool = False, include_merged: bool = False,
-                   limit: int | None = None, cursor: str | None = None, **filters: str | None) -> Page:
-        params = _read_params(user_id, None, latest_only, include_merged, limit, cursor, filters)
+                   limit: int | None = None, cursor: str | None = None,
+                   metadata: Mapping[str, Any] | None = None, **filters: str | None) -> Page:
+        params = _read_params(user_id, None, latest_only, include_merged, limit, cursor, filters, None, metadata)
         return _page(_checked(await self._http.get("/v1/memories", params=params)))
 
     async def undo(self, decision_id: str) -> JSONList:

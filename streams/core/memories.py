@@ -99,8 +99,30 @@ MAX_OFFSET = 1_000_000
 """The deepest page a cursor may point at (a cursor of 2**63 once answered 500)."""
 
 
+READ_PARAMS = ("user", "q", "latest_only", "include_merged", "limit", "cursor", "threshold", "type", *FILTERS)
+"""What a listing or search accepts, besides `metadata.<key>` filters on any metadata key."""
+
+
+def check_params(params: Mapping[str, str]) -> None:
+    """A parameter the API does not know is refused (a typo must not return everything)."""
+    for name in params:
+        if name not in READ_PARAMS and not (name.startswith("metadata.") and len(name) > len("metadata.")):
+            raise ValueError(f"unknown parameter {name[:40]!r}: a read takes {', '.join(READ_PARAMS)} "
+                             "and metadata.<key> filters")
+
+
 def filters(params: Mapping[str, str]) -> dict[str, str]:
-    return {k: params[k] for k in (*FILTERS, "type") if params.get(k)}
+    """The filters of a read: payload fields, `type` (metadata.type) and any `metadata.<key>`."""
+    return {k: v for k, v in params.items() if v and (k in (*FILTERS, "type") or k.startswith("metadata."))}
+
+
+def _field(row: Mapping[str, Any], key: str) -> str:
+    metadata = row.get("metadata") or {}
+    if key == "type":
+        return str(metadata.get("type"))
+    if key.startswith("metadata."):
+        return str(metadata.get(key.removeprefix("metadata.")))
+    return str(row.get(key))
 
 
 def list_page(store: MemoryStore, embed: Any, read: reads.ReadQuery, where: Mapping[str, str],
@@ -111,8 +133,10 @@ def list_page(store: MemoryStore, embed: Any, read: reads.ReadQuery, where: Mapp
         rows = reads.search(store, embed, read.user, read.text, read.mode, start + read.limit + 1)
     else:
         rows = reads.get(store, read.user, read.mode)
+    if read.threshold is not None:
+        rows = [r for r in rows if r.get("relevance", 0.0) >= read.threshold]
     for key, value in where.items():
-        rows = [r for r in rows if str((r.get("metadata") or {}).get("type") if key == "type" else r.get(key)) == value]
+        rows = [r for r in rows if _field(r, key) == value]
     page = rows[start:start + read.limit]
     more = len(rows) > start + read.limit
     return Page(rows=page, next_cursor=_cursor(start + read.limit) if more else None)

@@ -41,6 +41,8 @@ class ReadQuery:
     mode: Mode
     limit: int
     text: str | None
+    threshold: float | None = None
+    """A search's floor on `relevance` (the raw similarity, 0..1), before decay ranks what is left."""
 
 
 def user_param(params: Mapping[str, str]) -> str:
@@ -69,7 +71,18 @@ def read_query(params: Mapping[str, str]) -> ReadQuery:
     raw = params.get("limit", "50" if text else str(MAX_LIMIT))
     if not raw.isdigit() or not 1 <= int(raw) <= MAX_LIMIT:
         raise ValueError(f"limit must be a whole number from 1 to {MAX_LIMIT}, not {raw[:20]!r}")
-    return ReadQuery(user=user, mode=mode, limit=int(raw), text=text)
+    threshold = params.get("threshold")
+    floor = None
+    if threshold is not None:
+        if text is None:
+            raise ValueError("threshold applies to a search: give q=TEXT with it")
+        try:
+            floor = float(threshold)
+        except ValueError:
+            floor = -1.0
+        if not 0.0 <= floor <= 1.0:
+            raise ValueError(f"threshold must be a number from 0 to 1, not {threshold[:20]!r}")
+    return ReadQuery(user=user, mode=mode, limit=int(raw), text=text, threshold=floor)
 
 
 def _where(user_id: str, mode: str) -> dict[str, Any]:

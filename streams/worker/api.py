@@ -83,8 +83,10 @@ class MemoriesView(View):
     async def get(self, request: Request) -> Response:
         """List or search one user's memories: current facts first, then history.
 
-        ?user=U [&q=TEXT] [&latest_only=1 | &include_merged=1] [&limit=N] [&cursor=C]
-        [&app_id=..&agent_id=..&run_id=..&kind=fact|pattern&status=..&type=<metadata.type>]"""
+        ?user=U [&q=TEXT [&threshold=0..1]] [&latest_only=1 | &include_merged=1] [&limit=N] [&cursor=C]
+        [&app_id=..&agent_id=..&run_id=..&kind=fact|pattern&status=..&type=<metadata.type>&metadata.<key>=..]
+        An unknown parameter is a 400."""
+        memories.check_params(request.query)
         proc = await processor()
         read = reads.read_query(request.query)
         page = await on_store_thread(memories.list_page, proc.store, proc.embed, read,
@@ -173,7 +175,8 @@ OPENAPI: dict[str, Any] = {
         "/v1/memories": {
             "get": {"summary": "List or search one user's memories, current facts first",
                     "parameters": [{"name": n, "in": "query", "schema": {"type": "string"}} for n in (
-                        "user", "q", "latest_only", "include_merged", "limit", "cursor", *memories.FILTERS, "type")],
+                        "user", "q", "threshold", "latest_only", "include_merged", "limit", "cursor",
+                        *memories.FILTERS, "type")],
                     "responses": {"200": {"description": "rows and next_cursor"}, "400": _ERROR, "401": _ERROR}},
             "post": {"summary": "Add one memory or a list (user_id and text required)",
                      "requestBody": {"content": {"application/json": {"schema": {

@@ -228,3 +228,96 @@ def test_the_qdrant_server_killed_and_restarted_mid_stream(kafka: str, unique: s
     finally:
         worker.stop()
         qdrant.stop()
+
+
+class FlakyProxy:
+    """An HTTP proxy in front of the Qdrant server that passes, answers 503, or holds every request
+    (`mode`): a server that errors or times out, as the worker sees it."""
+
+    def __init__(self, upstream: str) -> None:
+        import http.server
+        import threading
+        import urllib.parse
+
+        self.mode = "pass"
+        proxy = self
+        target = urllib.parse.urlsplit(upstream)
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:  # quiet
+                pass
+
+            def forward(self) -> None:
+                import http.client
+
+                if proxy.mode == "error":
+                    self.send_response(503)
+                    self.send_header("content-length", "0")
+                    self.end_headers()
+                    return
+                while proxy.mode == "hang":
+                    time.sleep(0.2)
+                body = self.rfile.read(int(self.headers.get("content-length") or 0))
+                conn = http.client.HTTPConnection(target.hostname, target.port, timeout=60)
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+                conn.request(self.command, self.path, body=body or None, headers=headers)
+                answer = conn.getresponse()
+                data = answer.read()
+                self.send_response(answer.status)
+                for k, v in answer.getheaders():
+                    if k.lower() not in ("transfer-encoding", "connection", "content-length"):
+                        self.send_header(k, v)
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                conn.close()
+
+            do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = forward
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.mode = "pass"
+        self.server.shutdown()
+
+
+def test_a_qdrant_server_answering_errors_then_timing_out(
+    kafka: str, unique: str, tmp_path: Path, server: ServerStore
+) -> None:
+    """503s, then requests that hang past the client's timeout: the worker pauses with the reason,
+    retries with backoff, resumes when the server answers again, and nothing valid is lost or doubled."""
+    proxy = FlakyProxy(str(server.url))
+    records = events(unique, n_users=12)
+    want = reference(records, tmp_path)
+    env = {**worker_env(server, 4), "QDRANT_URL": proxy.url}
+    worker = WorkerProcess(kafka, f"qflaky-{unique}", tmp_path / "w", extra_env=env)
+    try:
+        worker.start()
+        third = len(records) // 3
+        asyncio.run(produce(kafka, worker.topics["added"], records[:third]))
+        worker.wait_for(lambda s: s.get("memories", 0) >= third, timeout=120)
+        for mode in ("error", "hang"):
+            proxy.mode = mode
+            part = records[third:2 * third] if mode == "error" else records[2 * third:]
+            asyncio.run(produce(kafka, worker.topics["added"], part))
+            deadline = time.monotonic() + 90
+            while (health := healthz(worker))[1].get("status") != "store_fault":
+                assert time.monotonic() < deadline, f"{mode}: no store_fault on /healthz: {health}"
+                time.sleep(0.5)
+            assert worker.proc is not None and worker.proc.poll() is None
+            proxy.mode = "pass"
+            deadline = time.monotonic() + 180
+            while server.count() < (2 * third if mode == "error" else len(records)):
+                assert time.monotonic() < deadline, f"{mode}: ingest did not resume ({server.count()} stored)"
+                time.sleep(0.5)
+        time.sleep(2)
+        assert healthz(worker)[1].get("status") == "ok"
+        worker.stop()
+        check_run(server, records, want, worker.topics["status"], kafka)
+        letters = asyncio.run(consume_all(kafka, worker.topics["dead"], 10**9, timeout=5))
+        assert letters == [], Counter(d["reason"] for d in letters)
+    finally:
+        worker.stop()
+        proxy.close()
