@@ -9,13 +9,16 @@
             print(m.label, m.text)
 
 Adding is asynchronous by design (the event goes through Kafka like any producer's): `add` returns
-the ids at once and `wait_for` waits until the memory is stored. Built on httpx; errors are
-`DreamAPIError` with the API's one-line reason.
+the ids at once and `wait_for` waits until the memory is stored. Built on httpx. Every error is a
+`DreamError` in one line: `DreamAPIError` (the API refused, with its status and reason),
+`DreamConnectionError` ("no worker at URL: connection refused"), `DreamTimeout`. The token defaults
+to DREAM_API_TOKEN.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -23,14 +26,27 @@ from typing import Any
 
 import httpx
 
-__all__ = ["Accepted", "AsyncClient", "Client", "DreamAPIError", "Memory", "Page"]
+__all__ = ["Accepted", "AsyncClient", "Client", "DreamAPIError", "DreamConnectionError", "DreamError", "DreamTimeout",
+           "Memory", "Page"]
 
 DEFAULT_URL = "http://127.0.0.1:6066"
 JSONList = list[dict[str, Any]]
 """Spelled once here: inside the client classes `list` names their method, not the builtin."""
 
 
-class DreamAPIError(Exception):
+class DreamError(Exception):
+    """Every error of the client, in one line: what failed and why."""
+
+
+class DreamConnectionError(DreamError):
+    """No worker answered at the URL (down, wrong port, refused)."""
+
+
+class DreamTimeout(DreamError):
+    """The worker did not answer in time, or a memory was not stored in time (`wait_for`)."""
+
+
+class DreamAPIError(DreamError):
     """The API refused a call: `status` is the HTTP status, the message its reason."""
 
     def __init__(self, status: int, message: str) -> None:
@@ -116,7 +132,23 @@ def _checked(response: httpx.Response) -> Any:
 
 
 def _headers(token: str | None) -> dict[str, str]:
+    """The bearer token given, else DREAM_API_TOKEN's (the worker reads the same variable)."""
+    token = token if token is not None else os.environ.get("DREAM_API_TOKEN") or None
     return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def _transport_error(url: str, exc: httpx.HTTPError) -> DreamError:
+    """httpx's failure as one of ours, in one line."""
+    if isinstance(exc, httpx.TimeoutException):
+        return DreamTimeout(f"the worker at {url} did not answer in time ({type(exc).__name__})")
+    reason = str(exc).strip() or type(exc).__name__
+    cause: BaseException | None = exc
+    while cause is not None:  # httpx says "All connection attempts failed"; the OSError below says why
+        if isinstance(cause, ConnectionRefusedError):
+            reason = "connection refused"
+            break
+        cause = cause.__cause__ or cause.__context__
+    return DreamConnectionError(f"no worker at {url}: {reason}")
 
 
 def _page(body: Mapping[str, Any]) -> Page:
@@ -127,7 +159,15 @@ class Client:
     """The memory API, blocking. Use as a context manager, or call `close()`."""
 
     def __init__(self, url: str = DEFAULT_URL, token: str | None = None, timeout: float = 30.0) -> None:
+        """`token` defaults to DREAM_API_TOKEN; errors are DreamError (one line)."""
+        self.url = url
         self._http = httpx.Client(base_url=url, headers=_headers(token), timeout=timeout)
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            return _checked(self._http.request(method, path, **kwargs))
+        except httpx.HTTPError as exc:
+            raise _transport_error(self.url, exc) from None
 
     def __enter__(self) -> Client:
         return self
@@ -143,32 +183,31 @@ class Client:
         return self.add_many([{"user_id": user_id, "text": text, **fields}])[0]
 
     def add_many(self, memories: list[dict[str, Any]]) -> list[Accepted]:
-        body = _checked(self._http.post("/v1/memories", json=memories))
+        body = self._call("POST", "/v1/memories", json=memories)
         return [Accepted(**a) for a in body["accepted"]]
 
     def get(self, memory_id: str, user_id: str) -> Memory:
         """One memory of this user (another user's id is a 404, as an unknown one)."""
-        return Memory.from_row(_checked(self._http.get(f"/v1/memories/{memory_id}", params={"user": user_id})))
+        return Memory.from_row(self._call("GET", f"/v1/memories/{memory_id}", params={"user": user_id}))
 
     def history(self, memory_id: str, user_id: str) -> dict[str, Any]:
-        out: dict[str, Any] = _checked(self._http.get(f"/v1/memories/{memory_id}/history",
-                                                      params={"user": user_id}))
+        out: dict[str, Any] = self._call("GET", f"/v1/memories/{memory_id}/history", params={"user": user_id})
         return out
 
     def search(self, user_id: str, query: str, *, latest_only: bool = False, include_merged: bool = False,
                limit: int = 10, cursor: str | None = None, threshold: float | None = None,
                metadata: Mapping[str, Any] | None = None, **filters: str | None) -> Page:
         params = _read_params(user_id, query, latest_only, include_merged, limit, cursor, filters, threshold, metadata)
-        return _page(_checked(self._http.get("/v1/memories", params=params)))
+        return _page(self._call("GET", "/v1/memories", params=params))
 
     def list(self, user_id: str, *, latest_only: bool = False, include_merged: bool = False,
              limit: int | None = None, cursor: str | None = None,
              metadata: Mapping[str, Any] | None = None, **filters: str | None) -> Page:
         params = _read_params(user_id, None, latest_only, include_merged, limit, cursor, filters, None, metadata)
-        return _page(_checked(self._http.get("/v1/memories", params=params)))
+        return _page(self._call("GET", "/v1/memories", params=params))
 
     def undo(self, decision_id: str) -> JSONList:
-        events: JSONList = _checked(self._http.post(f"/v1/decisions/{decision_id}/undo"))["status_events"]
+        events: JSONList = self._call("POST", f"/v1/decisions/{decision_id}/undo")["status_events"]
         return events
 
     def wait_for(self, added: Accepted, timeout: float = 60.0) -> Memory:
@@ -178,8 +217,11 @@ class Client:
             try:
                 return self.get(added.memory_id, added.user_id)
             except DreamAPIError as exc:
-                if exc.status != 404 or time.monotonic() > deadline:
+                if exc.status != 404:
                     raise
+            if time.monotonic() > deadline:
+                raise DreamTimeout(f"memory {added.memory_id} of {added.user_id} was not stored within "
+                                   f"{timeout:.0f} s (is a worker consuming memory.added?)")
             time.sleep(0.2)
 
 
@@ -187,7 +229,15 @@ class AsyncClient:
     """The memory API for asyncio code. Use as an async context manager, or await `close()`."""
 
     def __init__(self, url: str = DEFAULT_URL, token: str | None = None, timeout: float = 30.0) -> None:
+        """`token` defaults to DREAM_API_TOKEN; errors are DreamError (one line)."""
+        self.url = url
         self._http = httpx.AsyncClient(base_url=url, headers=_headers(token), timeout=timeout)
+
+    async def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            return _checked(await self._http.request(method, path, **kwargs))
+        except httpx.HTTPError as exc:
+            raise _transport_error(self.url, exc) from None
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -202,33 +252,32 @@ class AsyncClient:
         return (await self.add_many([{"user_id": user_id, "text": text, **fields}]))[0]
 
     async def add_many(self, memories: list[dict[str, Any]]) -> list[Accepted]:
-        body = _checked(await self._http.post("/v1/memories", json=memories))
+        body = await self._call("POST", "/v1/memories", json=memories)
         return [Accepted(**a) for a in body["accepted"]]
 
     async def get(self, memory_id: str, user_id: str) -> Memory:
         """One memory of this user (another user's id is a 404, as an unknown one)."""
-        return Memory.from_row(_checked(await self._http.get(f"/v1/memories/{memory_id}",
-                                                             params={"user": user_id})))
+        return Memory.from_row(await self._call("GET", f"/v1/memories/{memory_id}", params={"user": user_id}))
 
     async def history(self, memory_id: str, user_id: str) -> dict[str, Any]:
-        out: dict[str, Any] = _checked(await self._http.get(f"/v1/memories/{memory_id}/history",
-                                                            params={"user": user_id}))
+        out: dict[str, Any] = await self._call("GET", f"/v1/memories/{memory_id}/history",
+                                               params={"user": user_id})
         return out
 
     async def search(self, user_id: str, query: str, *, latest_only: bool = False, include_merged: bool = False,
                      limit: int = 10, cursor: str | None = None, threshold: float | None = None,
                      metadata: Mapping[str, Any] | None = None, **filters: str | None) -> Page:
         params = _read_params(user_id, query, latest_only, include_merged, limit, cursor, filters, threshold, metadata)
-        return _page(_checked(await self._http.get("/v1/memories", params=params)))
+        return _page(await self._call("GET", "/v1/memories", params=params))
 
     async def list(self, user_id: str, *, latest_only: bool = False, include_merged: bool = False,
                    limit: int | None = None, cursor: str | None = None,
                    metadata: Mapping[str, Any] | None = None, **filters: str | None) -> Page:
         params = _read_params(user_id, None, latest_only, include_merged, limit, cursor, filters, None, metadata)
-        return _page(_checked(await self._http.get("/v1/memories", params=params)))
+        return _page(await self._call("GET", "/v1/memories", params=params))
 
     async def undo(self, decision_id: str) -> JSONList:
-        body = _checked(await self._http.post(f"/v1/decisions/{decision_id}/undo"))
+        body = await self._call("POST", f"/v1/decisions/{decision_id}/undo")
         events: JSONList = body["status_events"]
         return events
 
@@ -239,6 +288,9 @@ class AsyncClient:
             try:
                 return await self.get(added.memory_id, added.user_id)
             except DreamAPIError as exc:
-                if exc.status != 404 or time.monotonic() > deadline:
+                if exc.status != 404:
                     raise
+            if time.monotonic() > deadline:
+                raise DreamTimeout(f"memory {added.memory_id} of {added.user_id} was not stored within "
+                                   f"{timeout:.0f} s (is a worker consuming memory.added?)")
             await asyncio.sleep(0.2)

@@ -20,7 +20,9 @@ def build(url: str, token: str | None) -> Any:
     """The MCP server and its tools, each one call of the API client."""
     from mcp.server.mcpserver import MCPServer
 
-    from dreamstream.client import AsyncClient, DreamAPIError
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from dreamstream.client import AsyncClient, DreamError
 
     server = MCPServer("dreamstream", instructions=(
         "Long-term memory per user. Store durable facts, preferences and decisions with add_memory; "
@@ -36,11 +38,13 @@ def build(url: str, token: str | None) -> Any:
         return out
 
     async def call(fn: Any) -> Any:
+        """One API call; a refusal, a worker that is down or slow is a tool error (`is_error`) with the
+        client's one-line reason, never a success and never a traceback."""
         async with AsyncClient(url, token) as api:
             try:
                 return await fn(api)
-            except DreamAPIError as exc:
-                return {"error": exc.message, "status": exc.status}
+            except DreamError as exc:
+                raise ToolError(str(exc)) from None
 
     @server.tool()
     async def add_memory(user_id: str, text: str, app_id: str | None = None, run_id: str | None = None,
@@ -94,6 +98,10 @@ def build(url: str, token: str | None) -> Any:
 @click.option("--port", default=8765, show_default=True, help="streamable-http: port to listen on.")
 def mcp(url: str | None, token: str | None, transport: str, host: str, port: int) -> None:
     """Serve the memory to MCP clients (agents): add, search, get, history."""
+    import logging
+
+    for name in ("httpx", "mcp"):  # not a line per request or per refused call on the agent's stderr
+        logging.getLogger(name).setLevel(logging.WARNING)
     server = build(url or f"http://{settings.http_host}:{settings.http_port}", token or settings.api_token)
     if transport == "stdio":
         server.run("stdio")

@@ -122,18 +122,31 @@ def test_an_agent_uses_dream_mcp_through_the_sdk_client(worker: WorkerProcess) -
         out: dict[str, Any] = json.loads(result.content[0].text)
         return out
 
+    def failed(result: Any) -> bool:
+        return bool(getattr(result, "is_error", None) or getattr(result, "isError", None))
+
     async def go() -> None:
+        down = StdioServerParameters(command=DREAM, args=["mcp", "--url", "http://127.0.0.1:9"],
+                                     env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        async with MCPClient(down) as agent:  # no worker there: a tool error saying so, in one line
+            result = await agent.call_tool("add_memory", {"user_id": "cy", "text": "Cy is allergic to nuts."})
+            assert failed(result)
+            assert result.content[0].text.endswith("no worker at http://127.0.0.1:9: connection refused")
         async with MCPClient(params) as agent:
             tools = {t.name for t in (await agent.list_tools()).tools}
             assert tools == {"add_memory", "search_memories", "get_memory", "memory_history"}
             added = payload(await agent.call_tool("add_memory", {"user_id": "cy", "text": "Cy is allergic to nuts."}))
             assert added["status"] == "accepted"
             for _ in range(300):
-                got = payload(await agent.call_tool("get_memory", {"user_id": "cy", "memory_id": added["memory_id"]}))
-                if "error" not in got:
+                result = await agent.call_tool("get_memory", {"user_id": "cy", "memory_id": added["memory_id"]})
+                if not failed(result):
                     break
                 await asyncio.sleep(0.2)
+            got = payload(result)
             assert got["text"] == "Cy is allergic to nuts." and got["label"] == "current"
+            # A refusal is a tool error with the API's one-line reason, not a successful result.
+            foreign = await agent.call_tool("get_memory", {"user_id": "dee", "memory_id": added["memory_id"]})
+            assert failed(foreign) and foreign.content[0].text.endswith(f"404: no memory {added['memory_id']}")
             found = payload(await agent.call_tool("search_memories", {"user_id": "cy", "query": "allergies"}))
             assert found["memories"][0]["memory_id"] == added["memory_id"]
             history = payload(await agent.call_tool("memory_history",

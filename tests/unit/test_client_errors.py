@@ -1,0 +1,36 @@
+"""The client's errors: one family, one line each, and the token from the environment."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from dreamstream.client import Client, DreamConnectionError, DreamError, DreamTimeout
+
+
+def test_no_worker_is_one_line_not_an_httpx_traceback() -> None:
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with Client(f"http://127.0.0.1:{port}") as dream, pytest.raises(DreamConnectionError) as exc:
+        dream.list("u-1")
+    assert str(exc.value) == f"no worker at http://127.0.0.1:{port}: connection refused"
+    assert isinstance(exc.value, DreamError) and exc.value.__cause__ is None
+
+
+def test_a_worker_that_does_not_answer_is_a_timeout() -> None:
+    with socket.socket() as silent:  # accepts connections (the backlog) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(4)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        with Client(url, timeout=0.5) as dream, pytest.raises(DreamTimeout, match=f"the worker at {url} did not"):
+            dream.list("u-1")
+
+
+def test_the_token_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DREAM_API_TOKEN", "s3cret")
+    with Client() as dream:
+        assert dream._http.headers["Authorization"] == "Bearer s3cret"
+    with Client(token="") as dream:  # an explicit empty token sends none
+        assert "Authorization" not in dream._http.headers
