@@ -19,7 +19,6 @@ from dreamstream.streams.cli.common import settings
 def build(url: str, token: str | None) -> Any:
     """The MCP server and its tools, each one call of the API client."""
     from mcp.server.mcpserver import MCPServer
-
     from mcp.server.mcpserver.exceptions import ToolError
 
     from dreamstream.client import AsyncClient, DreamError
