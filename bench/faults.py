@@ -9,7 +9,8 @@ events and that the status topic holds every decision id the store records:
   disk       a full disk (a small tmpfs filled up), then an unwritable store (EACCES): the worker pauses,
              stays up and not ready, and resumes when the fault clears (skipped where tmpfs cannot be
              mounted)
-  lock       `dream get` on the running worker's store is refused; the worker is unaffected
+  lock       `dream get` beside the running worker reads through its API; `dream export` on its store is
+             refused; the worker is unaffected
   writers    a consolidation pass and its undo (the CLI), SIGKILLed after each of their writes and run
              again: the store and the status events equal a clean run's
   reprocess  the control command killed after its delete, its re-add, a target, its last write: the
@@ -260,9 +261,14 @@ def lock() -> list[str]:
     try:
         asyncio.run(produce(KAFKA, worker.topics["added"], records))
         finished(worker, 50)
-        out = subprocess.run([DREAM, "get", "--user", "u-x001", "--store", str(worker.store_dir)],
+        user = str(orjson.loads(records[0])["user_id"])
+        out = subprocess.run([DREAM, "get", "--user", user, "--store", str(worker.store_dir)],
                              capture_output=True, text=True, env=worker.env, timeout=120)
         problems = []
+        if out.returncode != 0 or not out.stdout.strip():  # a read goes through the worker's API
+            problems.append(f"`dream get` beside the worker failed: rc {out.returncode}, {out.stderr.strip()[:200]}")
+        out = subprocess.run([DREAM, "export", "--store", str(worker.store_dir)],
+                             capture_output=True, text=True, env=worker.env, timeout=120)
         if out.returncode != 1 or "in use by worker pid" not in out.stderr:
             problems.append(f"the CLI was not refused: rc {out.returncode}, {out.stderr.strip()[:200]}")
         extra = {**orjson.loads(records[0]), "event_id": "lock-e-1", "memory_id": "lock-m-1"}

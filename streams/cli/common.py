@@ -6,7 +6,9 @@ Nothing here builds the Faust app: offline commands start in a fraction of a sec
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import re
 import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -20,6 +22,43 @@ from dreamstream.streams import settings as settings_mod
 settings = settings_mod.load()
 
 store_option = click.option("--store", "store_dir", default=None, help="Embedded store folder (default: $DREAM_STORE).")
+url_option = click.option("--url", "api_url", default=None,
+                          help="Go through this worker's HTTP API (default: the worker holding the store, if any).")
+
+
+def worker_url(store_dir: str | None, api_url: str | None) -> str | None:
+    """The API a command goes through: --url, else the one the worker holding the embedded store names
+    in its lock (so every read and undo works beside a running worker); None: open the store itself."""
+    if api_url:
+        return api_url.rstrip("/")
+    if settings.qdrant_url:
+        return None  # a server store is opened directly, beside any worker
+    from dreamstream.streams.store.edge import lock_holder
+
+    holder = lock_holder(store_dir or settings.store_dir) or ""
+    found = re.search(r"read it over HTTP at (https?://[^/\s]+)", holder)
+    return found.group(1).replace("://0.0.0.0:", "://127.0.0.1:") if found else None
+
+
+def api_client(url: str) -> Any:
+    """The memory API's client for a CLI command (its errors become one-line CLI errors)."""
+    from dreamstream.client import Client
+
+    return Client(url, settings.api_token)
+
+
+def api_errors() -> Any:
+    """The client's errors as a ClickException (one line, exit 1)."""
+    from dreamstream.client import DreamError
+
+    @contextlib.contextmanager
+    def handler() -> Any:
+        try:
+            yield
+        except DreamError as exc:
+            raise click.ClickException(str(exc)) from None
+
+    return handler()
 
 F = TypeVar("F", bound=Callable[..., Any])
 

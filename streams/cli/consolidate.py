@@ -25,12 +25,16 @@ import click
 import orjson
 
 from dreamstream.streams.cli.common import (
+    api_client,
+    api_errors,
     open_configured_store,
     print_table,
     progress_bar,
     run_async,
     settings,
     store_option,
+    url_option,
+    worker_url,
 )
 from dreamstream.streams.cli.control import request
 
@@ -295,18 +299,28 @@ def stats(store_dir: str | None, as_json: bool) -> None:
 @click.command()
 @click.argument("memory_id")
 @store_option
-@click.option("--json", "as_json", is_flag=True, default=False, help="One JSON object instead of a table.")
-def provenance(memory_id: str, store_dir: str | None, as_json: bool) -> None:
-    """What a memory merged, superseded or was synthesized from, with each decision's evidence."""
+@url_option
+@click.option("--user", "user", default=None, help="Its user (needed through a worker's API: reads are per user).")
+@click.option("--json", "as_json", is_flag=True, default=False, help="The whole record as JSON.")
+def provenance(memory_id: str, store_dir: str | None, api_url: str | None, user: str | None, as_json: bool) -> None:
+    """What a memory merged, superseded or was synthesized from, with each decision's evidence (through
+    a running worker's API when one holds the store)."""
     from dreamstream.streams.core import consolidation as runner
 
-    store = open_configured_store(store_dir)
-    try:
-        out = runner.provenance(store, memory_id)
-    except KeyError as exc:
-        raise click.ClickException(str(exc.args[0])) from exc
-    finally:
-        store.close()
+    url = worker_url(store_dir, api_url)
+    if url is not None:
+        if not user:
+            raise click.UsageError("a worker holds the store and its API reads per user: add --user USER")
+        with api_errors(), api_client(url) as api:
+            out = api.history(memory_id, user)
+    else:
+        store = open_configured_store(store_dir)
+        try:
+            out = runner.provenance(store, memory_id)
+        except KeyError as exc:
+            raise click.ClickException(str(exc.args[0])) from exc
+        finally:
+            store.close()
     if as_json:
         click.echo(json.dumps(out, indent=2, sort_keys=True, default=str))
         return

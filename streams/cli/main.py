@@ -11,12 +11,15 @@ import os
 import sys
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 import click
 import orjson
 
 from dreamstream.schemas.errors import DreamError
 from dreamstream.streams.cli.common import (
+    api_client,
+    api_errors,
     mode_options,
     open_configured_store,
     print_rows,
@@ -24,6 +27,8 @@ from dreamstream.streams.cli.common import (
     run_async,
     settings,
     store_option,
+    url_option,
+    worker_url,
 )
 from dreamstream.streams.cli.consolidate import consolidate, provenance, schedule, stats
 from dreamstream.streams.cli.control import control
@@ -120,12 +125,26 @@ def export(store_dir: str | None, out: Path | None, user: str | None) -> None:
 
 @dream.command()
 @store_option
+@url_option
 @mode_options
-def get(store_dir: str | None, user: str, latest_only: bool, include_merged: bool,
-              as_json: bool) -> None:
-    """A user's memories: active + history + patterns; --latest-only or --include-merged."""
+def get(store_dir: str | None, api_url: str | None, user: str, latest_only: bool, include_merged: bool,
+        as_json: bool) -> None:
+    """A user's memories: active + history + patterns; --latest-only or --include-merged. Beside a
+    running worker it reads through the worker's API."""
     from dreamstream.streams.core import reads
 
+    url = worker_url(store_dir, api_url)
+    if url is not None:
+        rows: list[dict[str, Any]] = []
+        with api_errors(), api_client(url) as api:
+            cursor = None
+            while True:
+                page = api.list(user, latest_only=latest_only, include_merged=include_merged, cursor=cursor)
+                rows += [m.raw for m in page.memories]
+                if not (cursor := page.next_cursor):
+                    break
+        print_rows(rows, as_json)
+        return
     store = open_configured_store(store_dir)
     print_rows(reads.get(store, user, reads.mode_from_flags(latest_only, include_merged)), as_json)
     store.close()
@@ -134,15 +153,23 @@ def get(store_dir: str | None, user: str, latest_only: bool, include_merged: boo
 @dream.command()
 @click.argument("text")
 @store_option
+@url_option
 @mode_options
-@click.option("--limit", default=10, show_default=True, help="How many results.")
-def search(text: str, store_dir: str | None, user: str, latest_only: bool,
-                 include_merged: bool, as_json: bool, limit: int) -> None:
-    """Nearest memories of one user to TEXT, in the same read modes as `get`."""
+@click.option("--limit", default=10, show_default=True, type=click.IntRange(1, 1000), help="How many results.")
+def search(text: str, store_dir: str | None, api_url: str | None, user: str, latest_only: bool,
+           include_merged: bool, as_json: bool, limit: int) -> None:
+    """Nearest memories of one user to TEXT, in the same read modes as `get` (through a running
+    worker's API when one holds the store)."""
     from dreamstream.streams.core import reads
     from dreamstream.streams.core.consolidation import record_access
     from dreamstream.streams.core.embedding import shared_embedder
 
+    url = worker_url(store_dir, api_url)
+    if url is not None:
+        with api_errors(), api_client(url) as api:  # the worker records the access itself
+            page = api.search(user, text, latest_only=latest_only, include_merged=include_merged, limit=limit)
+        print_rows([m.raw for m in page.memories], as_json)
+        return
     store = open_configured_store(store_dir)
     mode = reads.mode_from_flags(latest_only, include_merged)
     rows = reads.search(store, shared_embedder(), user, text, mode, limit)
@@ -155,14 +182,22 @@ def search(text: str, store_dir: str | None, user: str, latest_only: bool,
 @dream.command()
 @click.argument("decision_id")
 @store_option
+@url_option
 @run_async
-async def undo(decision_id: str, store_dir: str | None) -> None:
+async def undo(decision_id: str, store_dir: str | None, api_url: str | None) -> None:
     """Revert one decision: both memories get their earlier status and links back (crash-safe; its
-    status events go to Kafka, or to the outbox file beside the store when no broker answers)."""
+    status events go to Kafka, or to the outbox file beside the store when no broker answers).
+    Beside a running worker it goes through the worker's API."""
     from dreamstream.streams.cli.consolidate import finish_interrupted, publish_events
     from dreamstream.streams.core import changes
     from dreamstream.streams.core.undo import undo_decision
 
+    url = worker_url(store_dir, api_url)
+    if url is not None:
+        with api_errors(), api_client(url) as api:
+            for ev in api.undo(decision_id):
+                click.echo(f"{ev['memory_id']}: {ev['from_status']} -> {ev['to_status']} (undo of {decision_id})")
+        return
     store = open_configured_store(store_dir)
     try:
         await finish_interrupted(store, store_dir)

@@ -154,3 +154,34 @@ def test_an_agent_uses_dream_mcp_through_the_sdk_client(worker: WorkerProcess) -
             assert history["memory"]["memory_id"] == added["memory_id"]
 
     asyncio.run(go())
+
+
+def test_the_readme_cli_commands_work_beside_the_running_worker(worker: WorkerProcess) -> None:
+    """`dream get`, `search`, `provenance` and `undo` on the store the worker holds go through its API
+    (found from the store's lock), as the README's "read it back" section runs them."""
+    import subprocess
+
+    def dream(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([DREAM, *args], env=worker.env, capture_output=True, text=True, timeout=120)
+
+    with Client(url(worker), token=TOKEN) as api:
+        first = api.add("eve", "Eve lives in Ghent.", created_at="2026-01-04T10:00:00Z")
+        api.wait_for(first)
+        moved = api.add("eve", "Eve moved to Leuven last month.", created_at="2026-03-01T10:00:00Z")
+        api.wait_for(moved)
+        [decision] = api.history(first.memory_id, "eve")["decisions"]
+    got = dream("get", "--user", "eve")
+    assert got.returncode == 0 and got.stderr == "", got.stderr
+    assert got.stdout.splitlines()[0].startswith("[current ]") and moved.memory_id in got.stdout.splitlines()[0]
+    found = dream("search", "--user", "eve", "where does eve live", "--json")
+    assert found.returncode == 0 and json.loads(found.stdout.splitlines()[0])["memory_id"] == moved.memory_id
+    history = dream("provenance", first.memory_id, "--user", "eve")
+    assert history.returncode == 0 and "superseded by" in history.stdout
+    assert dream("provenance", first.memory_id).stderr.strip().endswith("add --user USER")
+    undone = dream("undo", decision["decision_id"])
+    assert undone.returncode == 0 and f"{first.memory_id}: superseded -> active" in undone.stdout
+    again = dream("undo", decision["decision_id"])
+    assert again.returncode == 1 and again.stderr.strip() == (
+        f"Error: 409: decision {decision['decision_id']} was already undone")
+    held = dream("export")  # a command that must own the store is refused, in one line
+    assert held.returncode == 1 and "is in use by worker pid" in held.stderr

@@ -34,13 +34,18 @@ def test_the_cli_refuses_a_store_a_worker_holds_and_leaves_it_intact(tmp_path: P
     holder = EdgeStore(tmp_path / "store", owner="worker pid 4242; read it over HTTP at http://127.0.0.1:6066")
     try:
         Processor(holder, embedder).process([Incoming(raw=r) for r in GOOD[:5]])
-        out = subprocess.run([DREAM, "get", "--user", "user-ana", "--store", str(tmp_path / "store")],
-                             capture_output=True, text=True, timeout=120,
-                             env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+        out = subprocess.run([DREAM, "export", "--store", str(tmp_path / "store")],
+                             capture_output=True, text=True, timeout=120, env=env)
         assert out.returncode == 1
         assert out.stderr.strip().splitlines() == [
             f"Error: store {tmp_path / 'store'} is in use by worker pid 4242; read it over HTTP at "
             "http://127.0.0.1:6066"]
+        # A read goes to the API the holder named; nobody answers there, and the CLI says so in one line.
+        read = subprocess.run([DREAM, "get", "--user", "user-ana", "--store", str(tmp_path / "store")],
+                              capture_output=True, text=True, timeout=120, env=env)
+        assert read.returncode == 1
+        assert read.stderr.strip() == "Error: no worker at http://127.0.0.1:6066: connection refused"
         assert holder.count() == 5  # the holder's store still works
         Processor(holder, embedder).process([Incoming(raw=GOOD[5])])
         assert holder.count() == 6
