@@ -70,6 +70,11 @@ def _describe(error: jsonschema.ValidationError) -> str:
         return f"{field} must be {' or '.join(str(n) for n in names if n != 'null')}"
     if kind in ("maxLength", "maxItems"):
         return f"{field} is longer than {expected}"
+    if kind == "pattern" and expected != "\\S":
+        if "[0-9]{4}-" in str(expected):
+            shown = repr(error.instance)[:40] if isinstance(error.instance, str) else "this"
+            return f"{field} must be ISO 8601 with a time zone (e.g. 2026-03-01T10:00:00Z), not {shown}"
+        return f"{field} is not in the expected form"
     if kind in ("minLength", "minItems", "pattern"):
         return f"{field} must not be empty" if kind != "minItems" else f"{field} needs at least {expected} items"
     if kind in ("enum", "const"):

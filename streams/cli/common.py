@@ -65,6 +65,15 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def mode_options(fn: F) -> F:
     """--user and the three read modes, plus --json: the same on every read command."""
+    inner = fn
+
+    @functools.wraps(inner)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("latest_only") and kwargs.get("include_merged"):
+            raise click.UsageError("--latest-only and --include-merged exclude each other")
+        return inner(*args, **kwargs)
+
+    fn = checked  # type: ignore[assignment]
     for option in reversed((
         click.option("--user", "user", required=True, help="The user whose memories to read (required)."),
         click.option("--latest-only", is_flag=True, default=False, help="Active memories only."),

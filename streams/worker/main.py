@@ -6,9 +6,10 @@ then `run` hands the command line to Faust's own worker command.
 
 from __future__ import annotations
 
+import socket
 import sys
 
-from dreamstream.schemas.errors import StoreLocked
+from dreamstream.schemas.errors import ConfigError, StoreLocked
 from dreamstream.streams.store.edge import lock_holder
 from dreamstream.streams.worker import api, consolidation, control, ingest, synthesis, watchdog, web
 from dreamstream.streams.worker.app import app, settings
@@ -31,8 +32,23 @@ def refuse_a_held_store() -> None:
                           "(QDRANT_URL)")
 
 
+def check_web_port(args: list[str]) -> None:
+    """One setting for the port: Faust's own -p/--web-port would leave the CLI's hints and `dream mcp`
+    on DREAM_HTTP_PORT's; and a busy port is one line here, not a traceback from the web server."""
+    if any(a in ("-p", "--web-port") or a.startswith("--web-port=") for a in args):
+        raise ConfigError("set the port with DREAM_HTTP_PORT=... (the CLI and `dream mcp` read it too), "
+                          "not with -p/--web-port")
+    with socket.socket() as probe:
+        try:
+            probe.bind((settings.http_host, settings.http_port))
+        except OSError as exc:
+            raise ConfigError(f"port {settings.http_port} on {settings.http_host} is in use ({exc.strerror}; "
+                              "another worker?): set DREAM_HTTP_PORT to a free one") from None
+
+
 def run(args: list[str]) -> None:
     """Creates the declared topics (with their partition counts), then runs Faust's `worker` command."""
+    check_web_port(args)
     refuse_a_held_store()
     fold_client_noise()
     ensure_topics_sync(settings)

@@ -71,3 +71,34 @@ def test_stats_and_provenance_print_tables_and_json(tmp_path: Path, embedder: An
     assert prov.returncode == 0 and "supersedes  demo-m001" in prov.stdout and "DECISION" in prov.stdout
     as_json = json.loads(dream("provenance", "demo-m009", "--json", "--store", str(tmp_path / "store")).stdout)
     assert as_json["supersedes"][0]["memory_id"] == "demo-m001"
+
+
+def test_messages_that_used_to_lie_or_sprawl(tmp_path: Path) -> None:
+    """A busy port and Faust's own -p are one line each (one port setting); exclusive flags are a
+    usage error, not an exception type; a date that is not a date says so."""
+    import socket
+
+    from dreamstream.schemas.events import InvalidEvent
+    from dreamstream.streams.core.memories import new_event
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        out = subprocess.run([DREAM, "worker"], capture_output=True, text=True, timeout=120,
+                             env={**ENV, "DREAM_HTTP_PORT": str(port), "DREAM_STORE": str(tmp_path / "s")})
+    assert out.returncode == 1 and out.stderr.strip().splitlines() == [
+        f"Error: port {port} on 127.0.0.1 is in use (Address already in use; another worker?): "
+        "set DREAM_HTTP_PORT to a free one"]
+    flag = dream("worker", "-p", "6067")
+    assert flag.returncode == 1 and "DREAM_HTTP_PORT" in flag.stderr and len(flag.stderr.strip().splitlines()) == 1
+    both = dream("get", "--user", "u", "--latest-only", "--include-merged", "--store", str(tmp_path / "s"))
+    assert both.returncode == 2 and both.stderr.strip().endswith(
+        "Error: --latest-only and --include-merged exclude each other")
+    try:
+        new_event({"user_id": "u", "text": "x", "created_at": "yesterday"})
+    except InvalidEvent as exc:
+        assert exc.message.startswith("created_at must be ISO 8601 with a time zone")
+        assert "'yesterday'" in exc.message
+    else:
+        raise AssertionError("yesterday was taken for a date")
