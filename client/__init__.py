@@ -206,6 +206,16 @@ class Client:
         params = _read_params(user_id, None, latest_only, include_merged, limit, cursor, filters, None, metadata)
         return _page(self._call("GET", "/v1/memories", params=params))
 
+    def delete(self, memory_id: str, user_id: str) -> dict[str, Any]:
+        """A soft delete (status `deleted`, hidden from reads, kept; `undo(result["decision_id"])` reverts it)."""
+        out: dict[str, Any] = self._call("DELETE", f"/v1/memories/{memory_id}", params={"user": user_id})
+        return out
+
+    def delete_all(self, user_id: str) -> int:
+        """Erases one user for good (every memory); returns how many were deleted."""
+        out = self._call("DELETE", f"/v1/users/{user_id}", params={"confirm": user_id})
+        return int(out["deleted"])
+
     def undo(self, decision_id: str) -> JSONList:
         events: JSONList = self._call("POST", f"/v1/decisions/{decision_id}/undo")["status_events"]
         return events
@@ -275,6 +285,16 @@ class AsyncClient:
                    metadata: Mapping[str, Any] | None = None, **filters: str | None) -> Page:
         params = _read_params(user_id, None, latest_only, include_merged, limit, cursor, filters, None, metadata)
         return _page(await self._call("GET", "/v1/memories", params=params))
+
+    async def delete(self, memory_id: str, user_id: str) -> dict[str, Any]:
+        """A soft delete (status `deleted`, hidden from reads, kept; `undo(result["decision_id"])` reverts it)."""
+        out: dict[str, Any] = await self._call("DELETE", f"/v1/memories/{memory_id}", params={"user": user_id})
+        return out
+
+    async def delete_all(self, user_id: str) -> int:
+        """Erases one user for good (every memory); returns how many were deleted."""
+        out = await self._call("DELETE", f"/v1/users/{user_id}", params={"confirm": user_id})
+        return int(out["deleted"])
 
     async def undo(self, decision_id: str) -> JSONList:
         body = await self._call("POST", f"/v1/decisions/{decision_id}/undo")

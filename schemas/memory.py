@@ -12,7 +12,7 @@ from typing import Any, Literal
 import numpy as np
 
 Kind = Literal["fact", "pattern"]
-Status = Literal["active", "superseded", "merged", "expired"]
+Status = Literal["active", "superseded", "merged", "expired", "deleted"]
 
 MAX_TEXT_CHARS = 4000
 """Longest memory text accepted; longer ones are dead-lettered (memories are short statements)."""

@@ -3,8 +3,9 @@
     dream mcp [--url http://127.0.0.1:6066] [--token T]                  # stdio (Claude Desktop, IDEs)
     dream mcp --transport streamable-http [--host 127.0.0.1] [--port 8765]
 
-Four tools over the worker's HTTP API (dreamstream.client): `add_memory`, `search_memories`,
-`get_memory` and `memory_history`. Reads list current facts first; a history row names what replaced it.
+Six tools over the worker's HTTP API (dreamstream.client): `add_memory`, `search_memories`,
+`list_memories`, `get_memory`, `memory_history` and `delete_memory`. Reads list current facts first;
+a history row names what replaced it.
 """
 
 from __future__ import annotations
@@ -67,6 +68,24 @@ def build(url: str, token: str | None) -> Any:
         async def go(api: Any) -> dict[str, Any]:
             page = await api.search(user_id, query, limit=limit, latest_only=latest_only)
             return {"memories": [row(m) for m in page.memories]}
+        result: dict[str, Any] = await call(go)
+        return result
+
+    @server.tool()
+    async def list_memories(user_id: str, latest_only: bool = False, limit: int = 100) -> dict[str, Any]:
+        """A user's memories, current facts first, then history (latest_only: current ones only)."""
+        async def go(api: Any) -> dict[str, Any]:
+            page = await api.list(user_id, latest_only=latest_only, limit=limit)
+            return {"memories": [row(m) for m in page.memories], "next_cursor": page.next_cursor}
+        result: dict[str, Any] = await call(go)
+        return result
+
+    @server.tool()
+    async def delete_memory(user_id: str, memory_id: str) -> dict[str, Any]:
+        """Delete one of the user's memories (kept hidden; the returned decision_id can undo it)."""
+        async def go(api: Any) -> dict[str, Any]:
+            out = await api.delete(memory_id, user_id)
+            return {"memory_id": out["memory_id"], "status": out["status"], "decision_id": out["decision_id"]}
         result: dict[str, Any] = await call(go)
         return result
 

@@ -4,6 +4,7 @@ history, and filtered, paginated listings. The worker's HTTP pages (worker/api.p
 from __future__ import annotations
 
 import base64
+import os
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -11,8 +12,9 @@ from typing import Any
 
 import orjson
 
-from dreamstream.schemas.events import MEMORY_ADDED, InvalidEvent, now_iso, parse_memory_event
-from dreamstream.streams.core import consolidation, reads
+from dreamstream.schemas.events import MEMORY_ADDED, InvalidEvent, now_iso, parse_memory_event, status_event
+from dreamstream.schemas.memory import LINK_FIELDS
+from dreamstream.streams.core import changes, consolidation, reads
 from dreamstream.streams.store import MemoryStore
 
 FILTERS = ("app_id", "agent_id", "run_id", "kind", "status")
@@ -60,6 +62,51 @@ def get_memory(store: MemoryStore, memory_id: str, user: str) -> dict[str, Any] 
     reads.replaced_by(store, [row])
     reads.mark_reviews(store, [got], [row])
     return row
+
+
+def delete_memory(store: MemoryStore, memory_id: str, user: str) -> list[dict[str, Any]] | None:
+    """A soft delete: status `deleted` (hidden from every read mode, kept with its links), one decision
+    that `undo` reverts, written crash-safe (core/changes.py). Returns its status events, unsent until
+    the caller publishes them (then `changes.sent`); None for an unknown id or another user's.
+    ValueError when it is deleted already."""
+    got = store.retrieve([memory_id]).get(memory_id)
+    if got is None or got.user_id != user:
+        return None
+    if got.status == "deleted":
+        raise ValueError(f"memory {memory_id} is deleted already")
+    stamp = now_iso()
+    did = "del-" + uuid.uuid4().hex[:16]
+    before = {k: (list(v) if isinstance(v := getattr(got, k), list) else v) for k in LINK_FIELDS}
+    record = {"decision_id": did, "action": "delete", "new_id": None, "targets": [memory_id], "at": stamp,
+              "evidence": {"by": "api"}, "before": {memory_id: before}}
+    change = changes.Change(change_id=did, holder=memory_id, events=[status_event(
+        did, memory_id, user, got.status, "deleted", None, "delete", {"by": "api"})])
+    change.set(memory_id, {"status": "deleted", "updated_at": stamp, "decision_ids": [*got.decision_ids, did],
+                           "decisions": [*got.decisions, record]})
+    changes.apply(store, change)
+    store.flush()
+    return change.events
+
+
+def erase_user(store: MemoryStore, user: str, intent: str) -> int:
+    """Hard delete of everything of one user (privacy requests); returns how many memories it found.
+
+    The count is written to `intent` (a file per request) before the delete, so that a repeated request
+    deletes whatever a crash left and still reports what the first run found."""
+    ids = [m.memory_id for m in store.scroll({"user_id": user})]
+    if os.path.exists(intent):
+        with open(intent, "rb") as f:
+            found = int(orjson.loads(f.read())["deleted"])
+    else:
+        found = len(ids)
+        os.makedirs(os.path.dirname(intent) or ".", exist_ok=True)
+        with open(intent, "wb") as f:
+            f.write(orjson.dumps({"user": user, "deleted": found}))
+            f.flush()
+            os.fsync(f.fileno())
+    store.delete(ids)
+    store.flush()
+    return found
 
 
 def history(store: MemoryStore, memory_id: str, user: str) -> dict[str, Any] | None:

@@ -20,8 +20,9 @@ Mode = Literal["default", "latest_only", "include_merged"]
 STATUSES: dict[str, tuple[str, ...] | None] = {
     "default": ("active", "superseded"),
     "latest_only": ("active",),
-    "include_merged": None,
+    "include_merged": ("active", "superseded", "merged", "expired"),
 }
+"""What each read mode shows; a soft-deleted memory (`deleted`) is in none of them (by id it still answers)."""
 
 
 def mode_from_flags(latest_only: bool = False, include_merged: bool = False) -> Mode:

@@ -46,6 +46,13 @@ def plan_undo(store: MemoryStore, decision_id: str, by: str | None = None) -> ch
     action, new_id = record["action"], record["new_id"]
     if action == "consolidate":  # a whole consolidation pass (streams/core/consolidation.py)
         _undo_pass(store, record, decision_id, change, stamp)
+    elif action == "delete":  # a soft delete (streams/core/memories.py): its before-state comes back
+        for mid, fields in record.get("before", {}).items():
+            m = store.retrieve([mid]).get(mid)
+            if m is not None and m.status == "deleted":
+                change.events.append(status_event(decision_id, mid, m.user_id, "deleted", fields["status"], None,
+                                                  "undo", evidence, undo=True))
+                change.set(mid, {**fields, "updated_at": stamp})
     else:
         members = store.retrieve([new_id, *record["targets"]])
         new = members.get(new_id)

@@ -3,7 +3,9 @@
     POST /v1/memories                      add one memory (or a list): validated, produced to memory.added
     GET  /v1/memories?user=U[&q=TEXT]      list or search, current facts first; filters, read modes, cursor
     GET  /v1/memories/{id}?user=U          one memory of that user
+    DELETE /v1/memories/{id}?user=U        soft delete (undo reverts it)
     GET  /v1/memories/{id}/history?user=U  its decisions (with evidence) and links
+    DELETE /v1/users/{user}?confirm={user} erase one user for good
     POST /v1/decisions/{id}/undo           revert one decision
     GET  /v1/openapi.json                  this API, described
 
@@ -16,6 +18,8 @@ from __future__ import annotations
 import functools
 import hmac
 import ipaddress
+import os
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -23,6 +27,7 @@ import orjson
 from aiohttp import web as aioweb
 from faust.web import Request, Response, View
 
+from dreamstream.schemas.events import status_event
 from dreamstream.streams.core import changes, memories, reads
 from dreamstream.streams.core.ingest import BatchResult
 from dreamstream.streams.worker.app import (
@@ -124,6 +129,44 @@ class MemoryView(View):
         return _json(row)  # type: ignore[no-any-return]
 
 
+    @api_call
+    async def delete(self, request: Request, memory_id: str) -> Response:
+        """A soft delete (?user=U required): status `deleted`, hidden from reads, kept; undo reverts it."""
+        user = reads.user_param(request.query)
+        proc = await processor()
+        try:
+            events = await on_store_thread(memories.delete_memory, proc.store, memory_id, user)
+        except ValueError as exc:
+            return _error(409, str(exc))  # type: ignore[no-any-return]
+        if events is None:
+            return _error(404, f"no memory {memory_id}")  # type: ignore[no-any-return]
+        await publish(BatchResult(status_events=events))
+        await app.producer.flush()
+        await on_store_thread(changes.sent, proc.store, events)
+        return _json({"memory_id": memory_id, "status": "deleted",  # type: ignore[no-any-return]
+                      "decision_id": events[0]["decision_id"], "status_events": events})
+
+
+@app.page("/v1/users/{user_id}")
+class UserView(View):
+    @api_call
+    async def delete(self, request: Request, user_id: str) -> Response:
+        """Erase one user for good (privacy requests): every memory deleted, an audit event on
+        memory.status with the count, never the texts. `?confirm=<the same user id>` is required."""
+        if request.query.get("confirm") != user_id:
+            return _error(400, f"erasing deletes every memory of {user_id} for good: "  # type: ignore[no-any-return]
+                               f"add ?confirm={user_id}")
+        proc = await processor()
+        request_id = uuid.uuid4().hex
+        intent = os.path.join(settings.data_dir, "erase", f"http-{request_id}.json")
+        found = await on_store_thread(memories.erase_user, proc.store, user_id, intent)
+        audit = status_event(f"erase-{request_id}", f"user:{user_id}", user_id, None, "erased", None, "erase",
+                             {"request": request_id, "issued_by": "api", "user": user_id, "deleted": found})
+        await publish(BatchResult(status_events=[audit]))
+        await app.producer.flush()
+        return _json({"user": user_id, "deleted": found, "erased": True})  # type: ignore[no-any-return]
+
+
 @app.page("/v1/memories/{memory_id}/history")
 class HistoryView(View):
     @api_call
@@ -183,9 +226,18 @@ OPENAPI: dict[str, Any] = {
                          "$ref": "https://dreamstream.dev/schemas/memory.added.schema.json"}}}},
                      "responses": {"202": {"description": "accepted: event and memory ids"}, "400": _ERROR}},
         },
-        "/v1/memories/{memory_id}": {"get": {"summary": "One memory of the user", "parameters": [_ID, _USER],
-                                             "responses": {"200": {"description": "the memory"}, "400": _ERROR,
-                                                           "404": _ERROR}}},
+        "/v1/memories/{memory_id}": {
+            "get": {"summary": "One memory of the user", "parameters": [_ID, _USER],
+                    "responses": {"200": {"description": "the memory"}, "400": _ERROR, "404": _ERROR}},
+            "delete": {"summary": "Soft delete (status deleted, hidden from reads; undo reverts it)",
+                       "parameters": [_ID, _USER],
+                       "responses": {"200": {"description": "its decision and status event"}, "404": _ERROR,
+                                     "409": _ERROR}}},
+        "/v1/users/{user_id}": {"delete": {
+            "summary": "Erase one user for good (confirm=<user_id> required); an audit event keeps the count",
+            "parameters": [{"name": "user_id", "in": "path", "required": True, "schema": {"type": "string"}},
+                           {"name": "confirm", "in": "query", "required": True, "schema": {"type": "string"}}],
+            "responses": {"200": {"description": "how many memories were deleted"}, "400": _ERROR}}},
         "/v1/memories/{memory_id}/history": {"get": {"summary": "Its decisions and links",
                                                      "parameters": [_ID, _USER],
                                                      "responses": {"200": {"description": "provenance"},

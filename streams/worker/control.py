@@ -21,7 +21,7 @@ import orjson
 from dreamstream.schemas.control import Command, InvalidCommand, parse_command, reply
 from dreamstream.schemas.errors import CommandFailed
 from dreamstream.schemas.events import now_iso, status_event
-from dreamstream.streams.core import changes
+from dreamstream.streams.core import changes, memories
 from dreamstream.streams.core import consolidation as cr
 from dreamstream.streams.core import synthesis as runner
 from dreamstream.streams.core.undo import AlreadyUndone
@@ -170,25 +170,10 @@ async def reprocess(cmd: Command) -> dict[str, Any]:
 
 
 def erase_user(proc: Any, user: str, cmd: Command) -> dict[str, Any]:
-    """Hard delete of everything of one user (privacy requests); the audit keeps counts, never texts.
-
-    The count is written down (beside the store, per command) before the delete, so that a redelivered
-    command deletes whatever a crash left and still reports what the first run found."""
-    folder = os.path.join(settings.data_dir, "erase")
-    os.makedirs(folder, exist_ok=True)
-    intent = os.path.join(folder, hashlib.sha256(cmd.id.encode()).hexdigest()[:24] + ".json")
-    ids = [m.memory_id for m in proc.store.scroll({"user_id": user})]
-    if os.path.exists(intent):
-        with open(intent, "rb") as f:
-            found = int(orjson.loads(f.read())["deleted"])
-    else:
-        found = len(ids)
-        with open(intent, "wb") as f:
-            f.write(orjson.dumps({"user": user, "deleted": found}))
-            f.flush()
-            os.fsync(f.fileno())
-    proc.store.delete(ids)
-    proc.store.flush()
+    """Hard delete of everything of one user (core/memories.py); the audit keeps counts, never texts.
+    A redelivered command deletes whatever a crash left and still reports the first run's count."""
+    intent = os.path.join(settings.data_dir, "erase", hashlib.sha256(cmd.id.encode()).hexdigest()[:24] + ".json")
+    found = memories.erase_user(proc.store, user, intent)
     return {"user": user, "deleted": found, "at": now_iso()}
 
 

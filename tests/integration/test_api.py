@@ -134,7 +134,8 @@ def test_an_agent_uses_dream_mcp_through_the_sdk_client(worker: WorkerProcess) -
             assert result.content[0].text.endswith("no worker at http://127.0.0.1:9: connection refused")
         async with MCPClient(params) as agent:
             tools = {t.name for t in (await agent.list_tools()).tools}
-            assert tools == {"add_memory", "search_memories", "get_memory", "memory_history"}
+            assert tools == {"add_memory", "search_memories", "list_memories", "get_memory", "memory_history",
+                             "delete_memory"}
             added = payload(await agent.call_tool("add_memory", {"user_id": "cy", "text": "Cy is allergic to nuts."}))
             assert added["status"] == "accepted"
             for _ in range(300):
@@ -152,6 +153,11 @@ def test_an_agent_uses_dream_mcp_through_the_sdk_client(worker: WorkerProcess) -
             history = payload(await agent.call_tool("memory_history",
                                                     {"user_id": "cy", "memory_id": added["memory_id"]}))
             assert history["memory"]["memory_id"] == added["memory_id"]
+            listed = payload(await agent.call_tool("list_memories", {"user_id": "cy"}))
+            assert [m["memory_id"] for m in listed["memories"]] == [added["memory_id"]]
+            gone = payload(await agent.call_tool("delete_memory", {"user_id": "cy", "memory_id": added["memory_id"]}))
+            assert gone["status"] == "deleted" and gone["decision_id"].startswith("del-")
+            assert payload(await agent.call_tool("list_memories", {"user_id": "cy"}))["memories"] == []
 
     asyncio.run(go())
 
@@ -185,3 +191,37 @@ def test_the_readme_cli_commands_work_beside_the_running_worker(worker: WorkerPr
         f"Error: 409: decision {decision['decision_id']} was already undone")
     held = dream("export")  # a command that must own the store is refused, in one line
     assert held.returncode == 1 and "is in use by worker pid" in held.stderr
+
+
+def test_delete_undo_and_erase_over_http_with_their_status_events(worker: WorkerProcess) -> None:
+    """A soft delete hides a memory from every read and keeps it; undo brings it back; erasing a user
+    needs its confirmation and deletes everything of that user, nobody else's. Each is on memory.status."""
+    from dreamstream.streams.dev.localrun import consume_all
+
+    with Client(url(worker), token=TOKEN) as dream:
+        kept = dream.add("fay", "Fay plays the cello.")
+        gone = dream.add("fay", "Fay's locker code is 4711.")
+        other = dream.add("gus", "Gus plays the cello too.")
+        for added in (kept, gone, other):
+            dream.wait_for(added)
+        deleted = dream.delete(gone.memory_id, "fay")
+        assert deleted["status"] == "deleted" and deleted["status_events"][0]["to_status"] == "deleted"
+        for flags in ({}, {"latest_only": True}, {"include_merged": True}):
+            assert [m.memory_id for m in dream.list("fay", **flags).memories] == [kept.memory_id]
+        assert dream.get(gone.memory_id, "fay").status == "deleted"  # kept, by id
+        with pytest.raises(DreamAPIError) as twice:
+            dream.delete(gone.memory_id, "fay")
+        assert twice.value.status == 409
+        with pytest.raises(DreamAPIError) as foreign:
+            dream.delete(other.memory_id, "fay")  # another user's memory is not there for fay
+        assert foreign.value.status == 404 and dream.get(other.memory_id, "gus").status == "active"
+        back = dream.undo(deleted["decision_id"])
+        assert [(e["from_status"], e["to_status"]) for e in back] == [("deleted", "active")]
+        assert {m.memory_id for m in dream.list("fay").memories} == {kept.memory_id, gone.memory_id}
+        unconfirmed = httpx.delete(f"{url(worker)}/v1/users/fay", headers={"Authorization": f"Bearer {TOKEN}"})
+        assert unconfirmed.status_code == 400 and "confirm=fay" in unconfirmed.json()["error"]
+        assert dream.delete_all("fay") == 2
+        assert dream.list("fay").memories == [] and dream.get(other.memory_id, "gus").status == "active"
+    events = asyncio.run(consume_all(worker.kafka, worker.topics["status"], 10**9, timeout=10))
+    mine = [(e["action"], e["to_status"]) for e in events if e["user_id"] == "fay"]
+    assert ("delete", "deleted") in mine and ("undo", "active") in mine and ("erase", "erased") in mine
