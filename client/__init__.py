@@ -206,6 +206,14 @@ class Client:
         params = _read_params(user_id, None, latest_only, include_merged, limit, cursor, filters, None, metadata)
         return _page(self._call("GET", "/v1/memories", params=params))
 
+    def update(self, memory_id: str, user_id: str, *, text: str | None = None,
+               metadata: Mapping[str, Any] | None = None) -> Accepted:
+        """A new version (new text and/or metadata over the old) that supersedes this one once stored
+        (`wait_for` it); the old one stays as history, and undo reverts the update."""
+        body = {k: v for k, v in (("text", text), ("metadata", dict(metadata) if metadata else None)) if v is not None}
+        out = self._call("PATCH", f"/v1/memories/{memory_id}", params={"user": user_id}, json=body)
+        return Accepted(**out["accepted"])
+
     def delete(self, memory_id: str, user_id: str) -> dict[str, Any]:
         """A soft delete (status `deleted`, hidden from reads, kept; `undo(result["decision_id"])` reverts it)."""
         out: dict[str, Any] = self._call("DELETE", f"/v1/memories/{memory_id}", params={"user": user_id})
@@ -285,6 +293,13 @@ class AsyncClient:
                    metadata: Mapping[str, Any] | None = None, **filters: str | None) -> Page:
         params = _read_params(user_id, None, latest_only, include_merged, limit, cursor, filters, None, metadata)
         return _page(await self._call("GET", "/v1/memories", params=params))
+
+    async def update(self, memory_id: str, user_id: str, *, text: str | None = None,
+                     metadata: Mapping[str, Any] | None = None) -> Accepted:
+        """A new version (new text and/or metadata over the old) that supersedes this one once stored."""
+        body = {k: v for k, v in (("text", text), ("metadata", dict(metadata) if metadata else None)) if v is not None}
+        out = await self._call("PATCH", f"/v1/memories/{memory_id}", params={"user": user_id}, json=body)
+        return Accepted(**out["accepted"])
 
     async def delete(self, memory_id: str, user_id: str) -> dict[str, Any]:
         """A soft delete (status `deleted`, hidden from reads, kept; `undo(result["decision_id"])` reverts it)."""

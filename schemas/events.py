@@ -168,6 +168,11 @@ def parse_memory_event(raw: bytes | str | dict[str, Any] | None) -> MemoryAdded:
         check_id(obj.get(name), name)
     for source in obj.get("sources") or ():
         check_id(source, "sources")
+    replaces = obj.get("replaces")
+    if replaces is not None:
+        check_id(replaces, "replaces")
+        if kind_of_event != MEMORY_ADDED or replaces == obj["memory_id"]:
+            raise InvalidEvent("bad_field", "replaces names another memory of the same user (a fact update)")
     created_at = normalise_time(obj["created_at"], "created_at")
     metadata = obj.get("metadata") or {}
     if _depth(metadata) > MAX_METADATA_DEPTH:
@@ -201,6 +206,7 @@ def parse_memory_event(raw: bytes | str | dict[str, Any] | None) -> MemoryAdded:
         embedding=vector,
         kind="pattern" if kind_of_event == PATTERN_ADDED else "fact",
         sources=tuple(obj["sources"]) if kind_of_event == PATTERN_ADDED else (),
+        replaces=replaces,
     )
 
 

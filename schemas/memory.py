@@ -63,6 +63,9 @@ class MemoryAdded(MetadataView):
     embedding: tuple[float, ...] | None = None
     kind: Kind = "fact"
     sources: tuple[str, ...] = ()
+    replaces: str | None = None
+    """An update (`PATCH /v1/memories/{id}`): the memory of the same user this one supersedes, as the
+    user asked, without the judge."""
 
 
 @dataclass

@@ -3,8 +3,8 @@
     dream mcp [--url http://127.0.0.1:6066] [--token T]                  # stdio (Claude Desktop, IDEs)
     dream mcp --transport streamable-http [--host 127.0.0.1] [--port 8765]
 
-Six tools over the worker's HTTP API (dreamstream.client): `add_memory`, `search_memories`,
-`list_memories`, `get_memory`, `memory_history` and `delete_memory`. Reads list current facts first;
+Seven tools over the worker's HTTP API (dreamstream.client): `add_memory`, `search_memories`,
+`list_memories`, `get_memory`, `memory_history`, `update_memory` and `delete_memory`. Reads list current facts first;
 a history row names what replaced it.
 """
 
@@ -77,6 +77,15 @@ def build(url: str, token: str | None) -> Any:
         async def go(api: Any) -> dict[str, Any]:
             page = await api.list(user_id, latest_only=latest_only, limit=limit)
             return {"memories": [row(m) for m in page.memories], "next_cursor": page.next_cursor}
+        result: dict[str, Any] = await call(go)
+        return result
+
+    @server.tool()
+    async def update_memory(user_id: str, memory_id: str, text: str) -> dict[str, Any]:
+        """Correct one of the user's memories: the new text becomes current, the old one history."""
+        async def go(api: Any) -> dict[str, Any]:
+            accepted = await api.update(memory_id, user_id, text=text)
+            return {"status": "accepted", "memory_id": accepted.memory_id, "replaces": memory_id}
         result: dict[str, Any] = await call(go)
         return result
 

@@ -173,6 +173,8 @@ class _Batch:
     """What the batch stores, in event order (its latest copy of each)."""
     changed: dict[str, Memory] = field(default_factory=dict)
     keys: dict[str, str] = field(default_factory=dict)
+    replaces: dict[str, str] = field(default_factory=dict)
+    """New memory id -> the memory it replaces (an update the user asked for)."""
     _at: dict[str, int] = field(default_factory=dict)
 
     def current(self, stored: Memory) -> Memory | None:
@@ -239,7 +241,8 @@ class Processor:
         # The model embeds the next chunk on its own thread while this one is decided: the pipeline runs at
         # the model's pace when deciding a chunk takes less time than embedding one.
         chunks = _chunks(fresh)
-        batch = _Batch(_Prefetched(limit=self.candidate_k + PREFETCH_SLACK))
+        batch = _Batch(_Prefetched(limit=self.candidate_k + PREFETCH_SLACK),
+                       replaces={e.memory_id: e.replaces for _, e in fresh if e.replaces})
         ahead = _model_thread().submit(self._vectors, [e for _, e in chunks[0]])
         try:
             for j, chunk in enumerate(chunks):
@@ -256,6 +259,8 @@ class Processor:
                         self._apply_event(memory, batch, result)
                     except StoreError:
                         raise  # transient: the batch is read again, nothing is dead-lettered
+                    except InvalidEvent as exc:  # valid alone, not against the store (an update of nothing)
+                        self._dead(result, item, exc.reason, exc.message)
                     except Exception as exc:  # a deterministic failure of one event must not stop the partition
                         log.exception("event %s failed", event.event_id)
                         self._dead(result, item, "processing_error", f"{type(exc).__name__}: {exc}")
@@ -448,6 +453,10 @@ class Processor:
             result.outcomes["pattern_stored"] += 1
             return
         candidates = self.candidates(memory, batch)
+        replaced = batch.replaces.get(memory.memory_id)
+        if replaced is not None:  # an update: supersede what it replaces, as the user asked
+            self._apply_update(memory, replaced, candidates, batch, result)
+            return
         if candidates and memory.features is None and hasattr(self.embed, "features"):
             start = time.perf_counter()  # a producer's embedding: the judge still aligns words
             memory.features = self.embed.features([memory.text])[0].to_payload()
@@ -470,6 +479,28 @@ class Processor:
         lag = _lag_seconds(memory.created_at)
         if lag is not None:
             result.lags.append(lag)
+
+    def _apply_update(self, memory: Memory, replaced: str, candidates: list[Memory], batch: _Batch,
+                      result: BatchResult) -> None:
+        """A user's update of one memory: the new version supersedes it (no judge), kept as history with
+        the decision, undoable like any other. The replaced memory must be a current fact of the user."""
+        target = next((c for c in candidates if c.memory_id == replaced), None)
+        if target is None:
+            stored = self.store.retrieve([replaced]).get(replaced)
+            current = batch.current(stored) if stored is not None and stored.user_id == memory.user_id else None
+            target = copy.copy(current) if current is not None else None
+        if target is None:
+            raise InvalidEvent("bad_field", f"replaces {replaced}: no current memory of user {memory.user_id}")
+        decision = Decision("supersede", memory.memory_id, memory.user_id, (replaced,), judge="user",
+                            rule="update", detail={"by": "update"})
+        by_id = {replaced: target}
+        first_event = len(result.status_events)
+        memory.pending = dict(self.apply_decision(decision, memory, dict(by_id), result))
+        if self.keep_outbox and len(result.status_events) > first_event:
+            memory.outbox = result.status_events[first_event:]
+            result.outbox_owners.append(memory.memory_id)
+        batch.stage(memory, {replaced: target})
+        result.outcomes["stored"] += 1
 
     def _write(self, batch: _Batch) -> None:
         """The batch's writes, crash-safe in this order: one upsert holds every new memory with its

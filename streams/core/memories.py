@@ -64,6 +64,27 @@ def get_memory(store: MemoryStore, memory_id: str, user: str) -> dict[str, Any] 
     return row
 
 
+UPDATABLE = ("text", "metadata")
+
+
+def update_event(store: MemoryStore, memory_id: str, user: str, body: Any) -> dict[str, Any] | None:
+    """The `memory.added` event of an update (`PATCH`): a new version with the new text and/or metadata
+    (merged over the old), the same app, agent, run and project, `replaces` naming the old one, which
+    ingest then supersedes (kept as history, undoable). None for an unknown id or another user's."""
+    if not isinstance(body, dict) or not body or set(body) - set(UPDATABLE):
+        raise InvalidEvent("bad_field", f"an update is a JSON object of {' and/or '.join(UPDATABLE)}")
+    if "metadata" in body and not isinstance(body["metadata"], dict):
+        raise InvalidEvent("bad_field", "metadata must be an object")
+    got = store.retrieve([memory_id]).get(memory_id)
+    if got is None or got.user_id != user:
+        return None
+    if got.status != "active" or got.kind != "fact":
+        raise InvalidEvent("bad_field", f"memory {memory_id} is {got.status}: only a current fact can be updated")
+    return new_event({"user_id": user, "text": body.get("text", got.text), "replaces": memory_id,
+                      "metadata": {**got.metadata, **(body.get("metadata") or {})},
+                      **{k: getattr(got, k) for k in ("app_id", "agent_id", "run_id", "project_id")}})
+
+
 def delete_memory(store: MemoryStore, memory_id: str, user: str) -> list[dict[str, Any]] | None:
     """A soft delete: status `deleted` (hidden from every read mode, kept with its links), one decision
     that `undo` reverts, written crash-safe (core/changes.py). Returns its status events, unsent until

@@ -3,6 +3,7 @@
     POST /v1/memories                      add one memory (or a list): validated, produced to memory.added
     GET  /v1/memories?user=U[&q=TEXT]      list or search, current facts first; filters, read modes, cursor
     GET  /v1/memories/{id}?user=U          one memory of that user
+    PATCH /v1/memories/{id}?user=U         update: a new version supersedes it (undo reverts it)
     DELETE /v1/memories/{id}?user=U        soft delete (undo reverts it)
     GET  /v1/memories/{id}/history?user=U  its decisions (with evidence) and links
     DELETE /v1/users/{user}?confirm={user} erase one user for good
@@ -130,6 +131,25 @@ class MemoryView(View):
 
 
     @api_call
+    async def patch(self, request: Request, memory_id: str) -> Response:
+        """An update (?user=U required; body {"text"?, "metadata"?}): a new version through Kafka that
+        supersedes this one (kept as history, undoable); 202 with the new version's ids."""
+        user = reads.user_param(request.query)
+        try:
+            body = orjson.loads(await request.read())
+        except orjson.JSONDecodeError as exc:
+            return _error(400, f"invalid_json: {exc}")  # type: ignore[no-any-return]
+        event = await on_store_thread(memories.update_event, (await processor()).store, memory_id, user, body)
+        if event is None:
+            return _error(404, f"no memory {memory_id}")  # type: ignore[no-any-return]
+        await memory_added_topic.send(key=user.encode(), value=orjson.dumps(event))
+        await app.producer.flush()
+        return _json({"accepted": {k: event[k] for k in ("event_id", "memory_id", "user_id")},  # type: ignore[no-any-return]
+                      "replaces": memory_id}, status=202)
+
+    put = patch
+
+    @api_call
     async def delete(self, request: Request, memory_id: str) -> Response:
         """A soft delete (?user=U required): status `deleted`, hidden from reads, kept; undo reverts it."""
         user = reads.user_param(request.query)
@@ -229,6 +249,9 @@ OPENAPI: dict[str, Any] = {
         "/v1/memories/{memory_id}": {
             "get": {"summary": "One memory of the user", "parameters": [_ID, _USER],
                     "responses": {"200": {"description": "the memory"}, "400": _ERROR, "404": _ERROR}},
+            "patch": {"summary": "Update text and/or metadata: a new version supersedes this one (undoable)",
+                      "parameters": [_ID, _USER],
+                      "responses": {"202": {"description": "the new version's ids"}, "400": _ERROR, "404": _ERROR}},
             "delete": {"summary": "Soft delete (status deleted, hidden from reads; undo reverts it)",
                        "parameters": [_ID, _USER],
                        "responses": {"200": {"description": "its decision and status event"}, "404": _ERROR,

@@ -135,7 +135,7 @@ def test_an_agent_uses_dream_mcp_through_the_sdk_client(worker: WorkerProcess) -
         async with MCPClient(params) as agent:
             tools = {t.name for t in (await agent.list_tools()).tools}
             assert tools == {"add_memory", "search_memories", "list_memories", "get_memory", "memory_history",
-                             "delete_memory"}
+                             "update_memory", "delete_memory"}
             added = payload(await agent.call_tool("add_memory", {"user_id": "cy", "text": "Cy is allergic to nuts."}))
             assert added["status"] == "accepted"
             for _ in range(300):
@@ -153,11 +153,19 @@ def test_an_agent_uses_dream_mcp_through_the_sdk_client(worker: WorkerProcess) -
             history = payload(await agent.call_tool("memory_history",
                                                     {"user_id": "cy", "memory_id": added["memory_id"]}))
             assert history["memory"]["memory_id"] == added["memory_id"]
-            listed = payload(await agent.call_tool("list_memories", {"user_id": "cy"}))
-            assert [m["memory_id"] for m in listed["memories"]] == [added["memory_id"]]
-            gone = payload(await agent.call_tool("delete_memory", {"user_id": "cy", "memory_id": added["memory_id"]}))
+            fixed = payload(await agent.call_tool("update_memory", {"user_id": "cy", "memory_id": added["memory_id"],
+                                                                    "text": "Cy is allergic to peanuts."}))
+            assert fixed["status"] == "accepted" and fixed["replaces"] == added["memory_id"]
+            for _ in range(300):
+                rows = payload(await agent.call_tool("list_memories", {"user_id": "cy"}))["memories"]
+                if [r["label"] for r in rows] == ["current", "history"]:
+                    break
+                await asyncio.sleep(0.2)
+            assert [r["text"] for r in rows] == ["Cy is allergic to peanuts.", "Cy is allergic to nuts."]
+            gone = payload(await agent.call_tool("delete_memory", {"user_id": "cy", "memory_id": fixed["memory_id"]}))
             assert gone["status"] == "deleted" and gone["decision_id"].startswith("del-")
-            assert payload(await agent.call_tool("list_memories", {"user_id": "cy"}))["memories"] == []
+            left = payload(await agent.call_tool("list_memories", {"user_id": "cy"}))["memories"]
+            assert [r["memory_id"] for r in left] == [added["memory_id"]]  # the old version, still history
 
     asyncio.run(go())
 
@@ -225,3 +233,22 @@ def test_delete_undo_and_erase_over_http_with_their_status_events(worker: Worker
     events = asyncio.run(consume_all(worker.kafka, worker.topics["status"], 10**9, timeout=10))
     mine = [(e["action"], e["to_status"]) for e in events if e["user_id"] == "fay"]
     assert ("delete", "deleted") in mine and ("undo", "active") in mine and ("erase", "erased") in mine
+
+
+def test_update_keeps_the_old_version_as_history_and_undo_reverts_it(worker: WorkerProcess) -> None:
+    with Client(url(worker), token=TOKEN) as dream:
+        old = dream.add("hal", "Hal works at Acme.", metadata={"type": "user_fact", "team": "infra"})
+        dream.wait_for(old)
+        new = dream.update(old.memory_id, "hal", text="Hal works at Globex.", metadata={"team": "platform"})
+        got = dream.wait_for(new)
+        assert got.label == "current" and got.metadata["team"] == "platform" and got.metadata["type"] == "user_fact"
+        rows = dream.list("hal").memories
+        assert [(m.memory_id, m.label) for m in rows] == [(new.memory_id, "current"), (old.memory_id, "history")]
+        assert rows[1].replaced_by and rows[1].replaced_by["memory_id"] == new.memory_id
+        [decision] = dream.history(old.memory_id, "hal")["decisions"]
+        assert decision["evidence"]["rule"] == "update"
+        dream.undo(decision["decision_id"])
+        assert dream.get(old.memory_id, "hal").label == "current"
+        with pytest.raises(DreamAPIError) as bad:
+            dream.update(old.memory_id, "ivy", text="Ivy's now.")
+        assert bad.value.status == 404

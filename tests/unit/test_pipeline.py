@@ -179,3 +179,29 @@ def test_http_read_parameters_default_and_limit_every_read() -> None:
     assert reads.read_query({"user": "u", "q": "cats", "latest_only": "true"}).limit == 50
     assert reads.read_query({"user": "u", "limit": "3", "include_merged": "1"}) == reads.ReadQuery(
         user="u", mode="include_merged", limit=3, text=None)
+
+
+def test_an_update_supersedes_what_it_replaces_without_the_judge(edge_store, embedder) -> None:  # type: ignore[no-untyped-def]
+    """`replaces` (PATCH /v1/memories/{id}): the new version supersedes the old one, kept as history and
+    undoable; an update of another user's memory, or of nothing, is a dead letter."""
+    from dreamstream.streams.core import memories
+
+    proc = Processor(edge_store, embedder)
+    first = {"type": "memory.added", "event_id": "e-h1", "memory_id": "h1", "user_id": "hal",
+             "text": "Hal works at Acme.", "created_at": "2026-01-04T10:00:00Z"}
+    proc.process([Incoming(raw=first)])
+    update = memories.update_event(edge_store, "h1", "hal", {"text": "Hal works at Globex.",
+                                                              "metadata": {"source": "settings page"}})
+    assert update is not None and update["replaces"] == "h1"
+    assert memories.update_event(edge_store, "h1", "gus", {"text": "x"}) is None  # not gus's memory
+    foreign = {**first, "event_id": "e-g1", "memory_id": "g1", "user_id": "gus", "text": "Gus works at Initech.",
+               "replaces": "h1"}
+    result = proc.process([Incoming(raw=update), Incoming(raw=foreign)])
+    assert result.decisions == {"supersede": 1} and result.outcomes["dead_letter:bad_field"] == 1
+    got = edge_store.retrieve(["h1", update["memory_id"]])
+    assert got["h1"].status == "superseded" and got["h1"].superseded_by == update["memory_id"]
+    assert got[update["memory_id"]].metadata["source"] == "settings page"
+    [record] = got[update["memory_id"]].decisions
+    assert record["evidence"]["rule"] == "update" and record["evidence"]["judge"] == "user"
+    proc.undo(record["decision_id"])
+    assert edge_store.retrieve(["h1"])["h1"].status == "active"
