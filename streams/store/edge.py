@@ -88,15 +88,20 @@ class EdgeStore:
         """Raises StoreError when the engine could not write its files: an immutable (`chattr +i`) or
         read-only folder or file. The engine writes through memory maps, and a mapped write the
         filesystem refuses kills the process with SIGBUS (seen here), so this is asked before every
-        write, flush and close: its folders each time, every file at most once a second."""
+        write, flush and close: the folder and its first level each time, every file at most once a
+        second."""
         now = time.monotonic()
         every_file = every_file or now - self._files_checked > 1.0
-        for folder, _dirs, files in os.walk(self.path):
-            names = [folder, *(os.path.join(folder, f) for f in files)] if every_file else [folder]
-            for name in names:
-                if not os.access(name, os.W_OK):
-                    raise StoreError(f"the store cannot write {name} (immutable, read-only or not ours): "
-                                     f"writes are held until it can")
+        if every_file:
+            names = [name for folder, _dirs, files in os.walk(self.path)
+                     for name in (folder, *(os.path.join(folder, f) for f in files))]
+        else:  # the folder and its first level: what an immutable or read-only store shows at once
+            with os.scandir(self.path) as entries:
+                names = [self.path, *(e.path for e in entries if e.is_dir(follow_symlinks=False))]
+        for name in names:
+            if not os.access(name, os.W_OK):
+                raise StoreError(f"the store cannot write {name} (immutable, read-only or not ours): "
+                                 f"writes are held until it can")
         if every_file:
             self._files_checked = now
 
