@@ -39,6 +39,8 @@ def check_web_port(args: list[str]) -> None:
         raise ConfigError("set the port with DREAM_HTTP_PORT=... (the CLI and `dream mcp` read it too), "
                           "not with -p/--web-port")
     with socket.socket() as probe:
+        # As the web server binds: a restarted worker's port in TIME_WAIT is free; a listener is not.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((settings.http_host, settings.http_port))
         except OSError as exc:
