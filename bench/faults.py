@@ -570,19 +570,6 @@ async def produce_raw(topic: str, records: list[tuple[bytes | None, bytes | None
         await producer.stop()
 
 
-def healthz(worker: WorkerProcess) -> tuple[int, dict[str, Any]]:
-    import urllib.error
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{worker.port}/healthz", timeout=3) as r:
-            return r.status, orjson.loads(r.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, orjson.loads(exc.read() or b"{}")
-    except OSError:
-        return 0, {}
-
-
 def immutable() -> list[str]:
     """`chattr +i` on a running worker's store (a SIGBUS before): it pauses, says why, resumes."""
     records = [r for r in HELDOUT.read_bytes().splitlines() if r.strip()][:300]
@@ -600,9 +587,9 @@ def immutable() -> list[str]:
         subprocess.run(["chattr", "-R", "+i", str(worker.store_dir)], check=True)
         asyncio.run(produce(KAFKA, worker.topics["added"], records[100:]))
         time.sleep(6)
-        early = healthz(worker)
+        early = worker.health()
         time.sleep(int(worker.env["DREAM_STALL_SECONDS"]) + 2)
-        late = healthz(worker)
+        late = worker.health()
         alive = worker.proc is not None and worker.proc.poll() is None
         subprocess.run(["chattr", "-R", "-i", str(worker.store_dir)], check=True)
         if not alive:

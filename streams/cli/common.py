@@ -10,7 +10,7 @@ import contextlib
 import functools
 import re
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -47,18 +47,16 @@ def api_client(url: str) -> Any:
     return Client(url, settings.api_token)
 
 
-def api_errors() -> Any:
+@contextlib.contextmanager
+def api_errors() -> Iterator[None]:
     """The client's errors as a ClickException (one line, exit 1)."""
     from dreamstream.client import DreamError
 
-    @contextlib.contextmanager
-    def handler() -> Any:
-        try:
-            yield
-        except DreamError as exc:
-            raise click.ClickException(str(exc)) from None
+    try:
+        yield
+    except DreamError as exc:
+        raise click.ClickException(str(exc)) from None
 
-    return handler()
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -17,6 +17,7 @@ before step 1 leaves nothing. Fault points (streams/faults.py) sit after each wr
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -146,6 +147,24 @@ def sent(store: MemoryStore, events: Sequence[dict[str, Any]]) -> None:
         rest = [ev for ev in m.outbox if event_key(ev) not in keys]
         if len(rest) < len(m.outbox):
             store.update(m.memory_id, {"outbox": rest, "outbox_state": "unsent" if rest else "sent"})
+
+
+def write_durably(path: str, data: bytes) -> None:
+    """A file written whole or not at all (an intent kept beside the store): a temp file, fsynced,
+    renamed into place, the folder fsynced."""
+    folder = os.path.dirname(path) or "."
+    os.makedirs(folder, exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    handle = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(handle)
+    finally:
+        os.close(handle)
 
 
 def holder_of(creates: Sequence[Memory], touched: Sequence[str], deletes: Sequence[str]) -> str | None:

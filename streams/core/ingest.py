@@ -27,7 +27,7 @@ from dreamstream.schemas.errors import StoreError
 from dreamstream.schemas.events import InvalidEvent, dead_letter, now_iso, parse_memory_event, status_event
 from dreamstream.schemas.memory import EMBEDDING_DIM, LINK_FIELDS, Memory, MemoryAdded, parse_time
 from dreamstream.streams import faults, settings
-from dreamstream.streams.core import judges
+from dreamstream.streams.core import changes, judges
 from dreamstream.streams.core.undo import undo_decision
 from dreamstream.streams.store import MemoryStore, text_key
 
@@ -630,16 +630,17 @@ class Processor:
             log.warning("reprocess of %s: finishing an interrupted run (%d memories)", user_id, len(events))
         else:
             events = self._reprocess_events(user_id)
-            _write_durably(backup, b"".join(orjson.dumps(ev) + b"\n" for ev in events))
+            changes.write_durably(backup, b"".join(orjson.dumps(ev) + b"\n" for ev in events))
         if not os.path.exists(deleted):
             self.store.delete([ev["memory_id"] for ev in events])
             self.store.flush()
-            _write_durably(deleted, b"")
+            changes.write_durably(deleted, b"")
         faults.point("stored")
         result = self.process([Incoming(raw=ev, topic="reprocess") for ev in events])
         self.store.flush()
         if done is not None:
-            _write_durably(done, orjson.dumps({"outcomes": dict(result.outcomes), "decisions": dict(result.decisions)}))
+            summary = {"outcomes": dict(result.outcomes), "decisions": dict(result.decisions)}
+            changes.write_durably(done, orjson.dumps(summary))
         os.remove(deleted)
         os.remove(backup)
         return result
@@ -656,21 +657,6 @@ class Processor:
             "project_id": m.project_id, "text": m.text, "created_at": m.created_at, "metadata": dict(m.metadata),
             "embedding": None if m.vector is None else [float(x) for x in m.vector],
         } for m in facts]
-
-
-def _write_durably(path: str, data: bytes) -> None:
-    """Written whole or not at all: a temp file, fsynced, renamed into place, the folder fsynced."""
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    folder = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-    try:
-        os.fsync(folder)
-    finally:
-        os.close(folder)
 
 
 def replay_lines(lines: Iterable[bytes], source: str = "replay") -> Iterable[Incoming]:

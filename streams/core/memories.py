@@ -120,11 +120,7 @@ def erase_user(store: MemoryStore, user: str, intent: str) -> int:
             found = int(orjson.loads(f.read())["deleted"])
     else:
         found = len(ids)
-        os.makedirs(os.path.dirname(intent) or ".", exist_ok=True)
-        with open(intent, "wb") as f:
-            f.write(orjson.dumps({"user": user, "deleted": found}))
-            f.flush()
-            os.fsync(f.fileno())
+        changes.write_durably(intent, orjson.dumps({"user": user, "deleted": found}))
     store.delete(ids)
     store.flush()
     return found

@@ -82,15 +82,19 @@ class WorkerProcess:
     def stats(self) -> dict[str, Any]:
         return self._get("/v1/stats")
 
-    def stalled(self) -> bool:
-        """/healthz answers 503 "stalled": the worker asks to be restarted."""
+    def health(self) -> tuple[int, dict[str, Any]]:
+        """/healthz: its HTTP status and body ((0, {}) while the worker is not up)."""
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=2):
-                return False
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=3) as r:
+                return r.status, json.loads(r.read())
         except urllib.error.HTTPError as exc:
-            return exc.code == 503
+            return exc.code, json.loads(exc.read() or b"{}")
         except OSError:
-            return False
+            return 0, {}
+
+    def stalled(self) -> bool:
+        """/healthz answers 503: the worker asks to be restarted."""
+        return self.health()[0] == 503
 
     def consumer_state(self) -> dict[str, Any]:
         """The worker's /v1/consumer view (assignment, offsets, flow control), for failure messages."""

@@ -5,7 +5,6 @@ the server itself failing mid-stream. The server is QDRANT_URL when set, else th
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import socket
@@ -175,16 +174,6 @@ class QdrantServer:
         subprocess.run([self.script, "stop", str(self.folder)], capture_output=True)
 
 
-def healthz(worker: WorkerProcess) -> tuple[int, dict[str, Any]]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{worker.port}/healthz", timeout=3) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"{}")
-    except OSError:
-        return 0, {}
-
-
 def metric(worker: WorkerProcess, name: str) -> float:
     with urllib.request.urlopen(f"http://127.0.0.1:{worker.port}/metrics", timeout=5) as r:
         text = r.read().decode()
@@ -208,7 +197,7 @@ def test_the_qdrant_server_killed_and_restarted_mid_stream(kafka: str, unique: s
         qdrant.kill()
         asyncio.run(produce(kafka, worker.topics["added"], records[half:]))
         deadline = time.monotonic() + 60
-        while (health := healthz(worker))[1].get("status") != "store_fault":
+        while (health := worker.health())[1].get("status") != "store_fault":
             assert time.monotonic() < deadline, f"no store_fault on /healthz: {health}"
             time.sleep(0.5)
         assert metric(worker, "dreamstream_store_fault") == 1
@@ -216,7 +205,7 @@ def test_the_qdrant_server_killed_and_restarted_mid_stream(kafka: str, unique: s
         qdrant.start()  # the same storage: what was stored before is there
         worker.wait_for(lambda s: s.get("memories", 0) >= len(records), timeout=180)
         time.sleep(2)
-        assert healthz(worker)[1].get("status") == "ok" and metric(worker, "dreamstream_store_fault") == 0
+        assert worker.health()[1].get("status") == "ok" and metric(worker, "dreamstream_store_fault") == 0
         worker.stop()
         store = ServerStore(url=url)
         try:
@@ -303,7 +292,7 @@ def test_a_qdrant_server_answering_errors_then_timing_out(
             part = records[third:2 * third] if mode == "error" else records[2 * third:]
             asyncio.run(produce(kafka, worker.topics["added"], part))
             deadline = time.monotonic() + 90
-            while (health := healthz(worker))[1].get("status") != "store_fault":
+            while (health := worker.health())[1].get("status") != "store_fault":
                 assert time.monotonic() < deadline, f"{mode}: no store_fault on /healthz: {health}"
                 time.sleep(0.5)
             assert worker.proc is not None and worker.proc.poll() is None
@@ -313,7 +302,7 @@ def test_a_qdrant_server_answering_errors_then_timing_out(
                 assert time.monotonic() < deadline, f"{mode}: ingest did not resume ({server.count()} stored)"
                 time.sleep(0.5)
         time.sleep(2)
-        assert healthz(worker)[1].get("status") == "ok"
+        assert worker.health()[1].get("status") == "ok"
         worker.stop()
         check_run(server, records, want, worker.topics["status"], kafka)
         letters = asyncio.run(consume_all(kafka, worker.topics["dead"], 10**9, timeout=5))
