@@ -29,15 +29,19 @@ def embedder():
 
 SHARED_BIN = Path(os.environ.get("DREAM_SHARED_BIN") or ROOT.parent / "shared" / "bin")
 
+GIVEN_QDRANT_URL = os.environ.pop("QDRANT_URL", "")
+"""`QDRANT_URL=... make test` names the server the server-path tests use (the fixtures below). It is
+taken out of the environment so that every other test's workers and CLI keep the store that test
+gives them, instead of all falling back to one shared collection on that server."""
+
 
 @pytest.fixture(scope="session")
 def qdrant_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str | None]:
     """A real Qdrant server: QDRANT_URL when it names one, else the build in ../shared/bin started for
     this session on a free port (deploy/qdrant/qdrant.sh says how to run the official image); None
     where neither is there."""
-    given = os.environ.get("QDRANT_URL", "")
-    if given.startswith(("http://", "https://")):
-        yield given
+    if GIVEN_QDRANT_URL.startswith(("http://", "https://")):
+        yield GIVEN_QDRANT_URL
         return
     script = SHARED_BIN / "qdrant-server"
     if not script.exists():
