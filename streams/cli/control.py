@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import getpass
+import logging
 import sys
 from typing import Any
 
@@ -23,7 +24,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from dreamstream.schemas.control import COMMANDS, command
-from dreamstream.streams.cli.common import run_async, settings
+from dreamstream.streams.cli.common import run_async, settings, worker_url
 
 DESTRUCTIVE = {"erase": "erase deletes every memory of user {user} for good"}
 """Commands that cannot be undone: confirmed at a terminal, or with --yes."""
@@ -43,7 +44,9 @@ def parse_args(pairs: tuple[str, ...]) -> dict[str, Any]:
 
 
 async def send_and_wait(body: dict[str, Any], timeout: float) -> dict[str, Any] | None:
-    """Produces one command and waits for its reply (None when none came within `timeout`)."""
+    """Produces one command and waits for its reply (None when none came within `timeout`). The Kafka
+    client's logging (a topic not there yet, a retry) stays out of the command's one-line answer."""
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, acks="all",
                                 **settings.kafka.aiokafka_kwargs())
     await producer.start()
@@ -77,7 +80,7 @@ async def request(name: str, args: dict[str, Any], timeout: float = 60.0) -> dic
     """One command's `ok` details; a one-line ClickException for no reply or another outcome."""
     reply = await send_and_wait(command(name, args, token=settings.control_token), timeout)
     if reply is None:
-        raise click.ClickException(f"no reply to {name} within {timeout:.0f}s: is a worker running?")
+        raise click.ClickException(no_reply(name, timeout))
     if reply.get("outcome") != "ok":
         raise click.ClickException(f"{name}: {reply.get('outcome')}: {reply.get('details')}")
     details: dict[str, Any] = reply.get("details") or {}
@@ -103,10 +106,28 @@ async def control(name: str, pairs: tuple[str, ...], command_id: str | None,
     body = command(name, args, command_id, issued_by=getpass.getuser(), token=settings.control_token)
     found = await send_and_wait(body, timeout)
     if found is None:
-        raise click.ClickException(f"no reply to {body['id']} within {timeout:.0f}s (is a worker running?)")
+        raise click.ClickException(no_reply(body["id"], timeout))
     sys.stdout.write(orjson.dumps(found, option=orjson.OPT_INDENT_2).decode() + "\n")
     if found.get("outcome") != "ok":
         sys.exit(1)
+
+
+def no_reply(what: str, timeout: float) -> str:
+    """Why a command got no reply, as far as this machine can tell: the health of the worker holding the
+    store (its API from the store's lock, else this machine's DREAM_HTTP_PORT) says what is failing, and why."""
+    import httpx
+
+    base = f"no reply to {what} within {timeout:.0f}s"
+    url = worker_url(None, None) or f"http://127.0.0.1:{settings.http_port}"
+    try:
+        health = httpx.get(f"{url}/healthz", timeout=5).json()
+    except (httpx.HTTPError, ValueError):
+        return f"{base}: is a worker running? (none answers at {url})"
+    failing = health.get("failing") or {}
+    if failing:
+        return f"{base}: the worker at {url} reports " + "; ".join(
+            f"{part} failing: {entry.get('error')}" for part, entry in failing.items())
+    return f"{base}: the worker at {url} is {health.get('status')}; is it reading {settings.topics.control}?"
 
 
 def run_sync(name: str, args: dict[str, Any], timeout: float = 60.0) -> dict[str, Any] | None:

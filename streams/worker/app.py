@@ -22,14 +22,22 @@ from dreamstream.streams.core import changes, judges
 from dreamstream.streams.core.embedding import shared_embedder
 from dreamstream.streams.core.ingest import BatchResult, Processor
 from dreamstream.streams.store import open_configured
-from dreamstream.streams.worker import metrics
+from dreamstream.streams.worker import health, metrics
 from dreamstream.streams.worker.records import DeadLetter, MemoryStatus
 
 log = logging.getLogger("dreamstream.app")
 settings = settings_mod.load()
 judges.check_settings(settings)  # a misconfigured judge or writer stops `dream worker` at start, with the reason
 
-app = faust.App(
+class DreamApp(faust.App):
+    async def _on_agent_error(self, agent: Any, exc: BaseException) -> None:
+        """Faust's hook for an agent that crashed (its supervisor restarts it): counted and shown on
+        /healthz (worker/health.py), where it would otherwise only be logged."""
+        health.failed(health.part_of(agent.name), exc)
+        await super()._on_agent_error(agent, exc)
+
+
+app = DreamApp(
     settings.app_id,
     broker=settings.broker_url,
     broker_credentials=settings.kafka.faust_credentials(),  # SASL / TLS from DREAM_KAFKA_* (see settings)

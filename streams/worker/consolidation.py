@@ -23,7 +23,7 @@ from dreamstream.schemas.events import InvalidEvent, decode, normalise_time, now
 from dreamstream.schemas.memory import parse_time
 from dreamstream.streams.core import changes
 from dreamstream.streams.core import consolidation as runner
-from dreamstream.streams.worker import metrics
+from dreamstream.streams.worker import health, metrics
 from dreamstream.streams.worker.app import app, on_store_thread, processor, send_dead_letter, settings, status_topic
 from dreamstream.streams.worker.synthesis import owned_partitions
 from dreamstream.streams.worker.tables import settings_table
@@ -136,7 +136,9 @@ async def schedule_updates(stream: faust.StreamT) -> None:
             entry = orjson.loads(event.value)
             if schedules_table.get(entry["schedule_id"]):  # removed meanwhile: stays removed
                 schedules_table[entry["schedule_id"]] = entry
-        except Exception:  # a bad record must not stop the stream
+            health.recovered("consolidation.schedules")
+        except Exception as exc:  # a bad record must not stop the stream
+            health.failed("consolidation.schedules", exc)
             log.exception("could not apply a schedule update")
 
 
@@ -188,6 +190,8 @@ async def accessed(stream: faust.StreamT) -> None:
         try:
             proc = await processor()
             await on_store_thread(apply_access, proc.store, access)
-        except Exception:  # the stream goes on; the event is kept as a dead letter for a retry
+            health.recovered("consolidation.access")
+        except Exception as exc:  # the stream goes on; the event is kept as a dead letter for a retry
+            health.failed("consolidation.access", exc)
             log.exception("could not apply an access event")
             await send_dead_letter(event, "processing_error", "the store refused the access update")

@@ -25,7 +25,7 @@ from dreamstream.streams.core import changes, memories
 from dreamstream.streams.core import consolidation as cr
 from dreamstream.streams.core import synthesis as runner
 from dreamstream.streams.core.undo import AlreadyUndone
-from dreamstream.streams.worker import metrics
+from dreamstream.streams.worker import health, metrics
 from dreamstream.streams.worker.app import (
     app,
     on_store_thread,
@@ -238,6 +238,14 @@ async def control(stream: faust.StreamT) -> None:
                 await send_dead_letter(event, "id_reused", message)
             continue  # a redelivery: applied and answered already
         try:
+            seen_table.partition_for_key(cmd.id)  # the table that remembers commands must work before one runs
+        except Exception as exc:
+            health.failed("control", exc)
+            log.error("control %s refused: this worker cannot record commands: %s", cmd.id, health.one_line(exc))
+            await send_reply(cmd.id, reply(cmd.id, cmd.command, "error", {
+                "error": f"not run: this worker cannot record commands ({health.one_line(exc)})"}))
+            continue
+        try:
             body = reply(cmd.id, cmd.command, "ok", await handle(cmd))
         except CommandFailed as exc:
             body = reply(cmd.id, cmd.command, "error", {"error": str(exc)})
@@ -246,4 +254,5 @@ async def control(stream: faust.StreamT) -> None:
             body = reply(cmd.id, cmd.command, "error", {"error": f"{type(exc).__name__}: {exc}"})
         seen_table[cmd.id] = {"fingerprint": cmd.fingerprint().decode(), "reply": body}
         await send_reply(cmd.id, body)
+        health.recovered("control")
         log.info("control %s %s -> %s", cmd.id, cmd.command, body["outcome"])

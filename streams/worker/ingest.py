@@ -18,7 +18,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from dreamstream.schemas.errors import StoreError
 from dreamstream.streams import faults
 from dreamstream.streams.core.ingest import Incoming, Processor
-from dreamstream.streams.worker import metrics
+from dreamstream.streams.worker import health, metrics
 from dreamstream.streams.worker.app import _runtime, app, ingest_channel, on_store_thread, processor, publish, settings
 from dreamstream.streams.worker.offsets import InputOffsets, Verdict
 
@@ -186,6 +186,7 @@ async def ingest(stream: faust.StreamT) -> None:
             await on_store_thread(proc.mark_sent, result.outbox_owners)
         faults.point("marked")
         await commit(batch.upto)
+        health.recovered("ingest")
         if result.dead_letters:
             log.warning("batch of %d: %d dead letters", len(items), len(result.dead_letters))
 

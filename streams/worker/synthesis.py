@@ -32,7 +32,7 @@ from dreamstream.agents import synthesis as syn
 from dreamstream.schemas.events import InvalidEvent, now_iso, parse_memory_event
 from dreamstream.streams.core import synthesis as runner
 from dreamstream.streams.core.judges import pattern_writer_from_settings
-from dreamstream.streams.worker import metrics
+from dreamstream.streams.worker import health, metrics
 from dreamstream.streams.worker.app import _runtime, app, on_store_thread, patterns_topic, processor, settings
 from dreamstream.streams.worker.tables import projects_table
 
@@ -107,7 +107,9 @@ async def synthesis_bookkeeping(stream: faust.StreamT) -> None:
                 state["eligible"] = state.get("eligible", 0) + 1
                 eligible_window[user] += 1
             users_table[user] = state  # reassign: only a set reaches the changelog
+            health.recovered("synthesis.bookkeeping")
         except Exception as exc:  # a bad record must not stop the partition; one line, no traceback
+            health.failed("synthesis.bookkeeping", exc)
             log.warning("synthesis bookkeeping skipped one record: %s: %s", type(exc).__name__, exc)
 
 
@@ -127,7 +129,9 @@ async def synthesis_runs_applied(stream: faust.StreamT) -> None:
                 state["last_run"] = body["now"]
                 state["evidence_used"] = body.get("evidence_used", [])
             users_table[user] = state
-        except Exception:
+            health.recovered("synthesis.runs")
+        except Exception as exc:
+            health.failed("synthesis.runs", exc)
             log.exception("could not apply a synthesis run record")
 
 
@@ -183,7 +187,9 @@ async def synthesis_tick() -> None:
     """Who is due, among the users of this worker's partitions; their runs; the records."""
     try:
         await tick()
-    except Exception:  # a timer that raises crashes the worker: log, try again next tick
+        health.recovered("synthesis.timer")
+    except Exception as exc:  # a timer that raises crashes the worker: log, try again next tick
+        health.failed("synthesis.timer", exc)
         log.exception("synthesis tick failed")
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from aiohttp import web as aioweb
 from faust.sensors.prometheus import setup_prometheus_sensors
 
-from dreamstream.streams.worker import metrics
+from dreamstream.streams.worker import health, metrics
 from dreamstream.streams.worker.app import _runtime, app, on_store_thread, settings
 from dreamstream.streams.worker.watchdog import stalled_partitions
 
@@ -38,10 +38,19 @@ def held_inputs() -> list[str]:
 async def healthz(web: Any, request: Any) -> Any:
     """Liveness: 503 when the partition watchdog found input it cannot get delivered (worker/watchdog.py),
     and when a store fault has held this worker's input partitions for longer than DREAM_STALL_SECONDS:
-    nobody else can process them while it holds them. Before that a store fault is alive, not ready."""
+    nobody else can process them while it holds them. Before that a store fault is alive, not ready.
+
+    A part that keeps failing (an agent that crashes, or skips every record on the same error: worker/
+    health.py) makes it `degraded`, with each part's error in one line: 503 when it is ingest, failing
+    for longer than DREAM_STALL_SECONDS (a restart may cure it, and the input waits meanwhile), else 200,
+    as a restart would not help and ingest goes on (alert on `dreamstream_agent_failing`)."""
     stalled = stalled_partitions()
     if stalled:
         return aioweb.json_response({"status": "stalled", "partitions": stalled}, status=503)
+    failing = health.failing()
+    if failing:
+        return aioweb.json_response({"status": "degraded", "ready": "processor" in _runtime, "failing": failing},
+                                    status=503 if health.failing_for("ingest") > settings.stall_seconds else 200)
     fault = store_fault()
     if fault:
         cause, since = fault

@@ -187,3 +187,53 @@ def test_consolidation_over_the_control_topic_schedules_and_access(worker: Worke
     wait(lambda: worker.read("user=cx&include_merged=1")["memories"] and any(
         r.get("access_count") == 1 and r["memory_id"] == hits[0]["memory_id"]
         for r in worker.read("user=cx&include_merged=1")["memories"]), timeout=60)
+
+
+def test_a_failing_agent_shows_on_healthz_metrics_and_in_dream_control(kafka: str, unique: str,
+                                                                       tmp_path: Path) -> None:
+    """Leftover changelog topics of another partition count (a Faust table cannot write): the control
+    agent refuses each command with the reason instead of crashing on it, the synthesis bookkeeping's
+    failure is counted, /healthz says `degraded` with both errors, and a command that gets no reply says
+    what the worker reports."""
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    name = f"sick-{unique}"
+
+    async def leftovers() -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=kafka)
+        await admin.start()
+        try:
+            await admin.create_topics([NewTopic(f"dream-{name}-control-seen-changelog", 3, 1),
+                                       NewTopic(f"dream-{name}-synthesis-users-changelog", 1, 1)])
+        finally:
+            await admin.close()
+
+    asyncio.run(leftovers())
+    w = WorkerProcess(kafka, name, tmp_path)
+    try:
+        w.start()
+        assert w.health() == (200, {"status": "ok", "ready": True})
+        rc, refused = dream_control(w, "synthesis.enable", "project=demo")
+        assert rc == 1 and refused["outcome"] == "error"
+        assert refused["details"]["error"].startswith("not run: this worker cannot record commands (PartitionsMismatch")
+        from tests.helpers import event, line
+
+        asyncio.run(produce(w.kafka, w.topics["added"], [line(event(1, "sy", "Sy plays chess."))]))
+        w.wait_for(lambda s: s.get("memories") == 1, timeout=60)  # ingest goes on
+        wait(lambda: "synthesis.bookkeeping" in w.health()[1].get("failing", {}), timeout=30)
+        status, body = w.health()
+        assert status == 200 and body["status"] == "degraded" and set(body["failing"]) == {
+            "control", "synthesis.bookkeeping"}
+        assert "\n" not in body["failing"]["control"]["error"] and body["failing"]["control"]["errors"] == 1
+        with urllib.request.urlopen(f"http://127.0.0.1:{w.port}/metrics", timeout=10) as r:
+            scraped = r.read().decode()
+        assert 'dreamstream_agent_failing{part="control"} 1.0' in scraped
+        assert 'dreamstream_agent_errors_total{part="synthesis.bookkeeping"} 1.0' in scraped
+        # A command nobody reads (another control topic): the CLI asks the worker holding the store.
+        dream = str(Path(sys.executable).with_name("dream"))
+        lost = subprocess.run([dream, "control", "settings.show", "--timeout", "3"], capture_output=True, text=True,
+                              env={**w.env, "DREAM_TOPIC_CONTROL": f"nobody-{unique}"}, timeout=60)
+        assert lost.returncode == 1 and len(lost.stderr.strip().splitlines()) == 1
+        assert f"the worker at http://127.0.0.1:{w.port} reports control failing: PartitionsMismatch" in lost.stderr
+    finally:
+        w.stop()
