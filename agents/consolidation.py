@@ -75,6 +75,11 @@ class MergeProposal:
     merged_text: str
     score: float
 
+    @property
+    def item(self) -> str:
+        """The proposal's id in the plan, stable across re-plans (answers name items by it)."""
+        return f"m:{self.a.memory_id}+{self.b.memory_id}"
+
 
 @dataclass
 class Conflict:
@@ -83,6 +88,12 @@ class Conflict:
     likely: str
     """"A" or "B": the more recent with the higher confidence (the older one only when surer)."""
     score: float
+    reason: str = ""
+    """Why it was flagged, for the person who answers it (the judge's rule, or ingest's review item)."""
+
+    @property
+    def item(self) -> str:
+        return f"c:{self.a.memory_id}|{self.b.memory_id}"
 
 
 @dataclass
@@ -91,6 +102,10 @@ class Prune:
     age_days: int
     policy: str
     """Why: "<days>d" for retention, "confidence <c> < 0.3" for a low-confidence generic memory."""
+
+    @property
+    def item(self) -> str:
+        return f"p:{self.memory.memory_id}"
 
 
 @dataclass
@@ -110,9 +125,7 @@ class Plan:
     @property
     def plan_id(self) -> str:
         """Derived from what it proposes, so the same state yields the same plan id."""
-        parts = [f"m:{m.a.memory_id}+{m.b.memory_id}" for m in self.merges]
-        parts += [f"c:{c.a.memory_id}|{c.b.memory_id}" for c in self.conflicts]
-        parts += [f"p:{p.memory.memory_id}" for p in self.prunes]
+        parts = [m.item for m in self.merges] + [c.item for c in self.conflicts] + [p.item for p in self.prunes]
         digest = hashlib.sha256("\n".join([self.user_id, self.app_id or "", *parts]).encode()).hexdigest()
         return f"plan-{digest[:16]}"
 
@@ -121,12 +134,15 @@ class Plan:
         return {
             "plan_id": self.plan_id, "project": self.project, "user": self.user_id, "app": self.app_id,
             "considered": self.considered,
-            "merges": [{"a": m.a.memory_id, "b": m.b.memory_id, "merged_text": m.merged_text,
-                        "score": round(m.score, 4)} for m in self.merges],
-            "conflicts": [{"a": c.a.memory_id, "b": c.b.memory_id, "likely": c.likely,
-                           "score": round(c.score, 4)} for c in self.conflicts],
-            "prunes": [{"memory": p.memory.memory_id, "type": p.memory.memory_type, "age_days": p.age_days,
-                        "policy": p.policy} for p in self.prunes],
+            "merges": [{"item": m.item, "a": m.a.memory_id, "b": m.b.memory_id, "a_text": m.a.text,
+                        "b_text": m.b.text, "merged_text": m.merged_text, "score": round(m.score, 4)}
+                       for m in self.merges],
+            "conflicts": [{"item": c.item, "a": c.a.memory_id, "b": c.b.memory_id, "a_text": c.a.text,
+                           "b_text": c.b.text, "likely": c.likely, "reason": c.reason, "score": round(c.score, 4)}
+                          for c in self.conflicts],
+            "prunes": [{"item": p.item, "memory": p.memory.memory_id, "text": p.memory.text,
+                        "type": p.memory.memory_type, "age_days": p.age_days, "policy": p.policy}
+                       for p in self.prunes],
         }
 
 
@@ -174,8 +190,17 @@ def draft_merge(a: Memory, b: Memory) -> str:
     extra_nums = tf.numbers(other.text) - tf.numbers(full.text)
     if not extra and not extra_nums:
         return full.text.strip()
-    rest = other.text.strip().rstrip(".")
-    return f"{full.text.strip().rstrip('.')}; {rest[:1].lower() + rest[1:]}."
+    return joined(full.text.strip().rstrip("."), other.text.strip().rstrip("."))
+
+
+def joined(first: str, then: str) -> str:
+    """Two statements as one text. After a semicolon when the second starts with a common word, lower-
+    cased ("...; she likes hiking."); as a sentence of its own otherwise, so that a name, an acronym or
+    "I" keeps its case ("... Berlin. Ana likes hiking.") without guessing which capitals are names."""
+    word = then.split(maxsplit=1)[0] if then.split() else ""
+    if word and word != "I" and word[1:] == word[1:].lower() and word.lower() in tf.STOPWORDS:
+        return f"{first}; {then[:1].lower() + then[1:]}."
+    return f"{first}. {then}."
 
 
 Judge = Callable[[Memory, Memory], tuple[str, str]]
@@ -264,10 +289,10 @@ def _asked_once(judge: Judge) -> Judge:
     return ask
 
 
-def _propose(plan: Plan, proposal: str, newer: Memory, older: Memory, score: float) -> None:
+def _propose(plan: Plan, proposal: str, newer: Memory, older: Memory, score: float, reason: str = "") -> None:
     if proposal == "conflict":
         likely = "A" if newer.confidence >= older.confidence else "B"
-        plan.conflicts.append(Conflict(a=newer, b=older, likely=likely, score=score))
+        plan.conflicts.append(Conflict(a=newer, b=older, likely=likely, score=score, reason=reason))
     else:
         plan.merges.append(MergeProposal(a=older, b=newer, merged_text=draft_merge(older, newer), score=score))
 
@@ -299,7 +324,8 @@ def analyse(
     for newer, older, proposal, score in recorded_reviews(active):
         if newer.memory_id in used or older.memory_id in used:
             continue
-        _propose(plan, "conflict" if proposal == "supersede" else "merge", newer, older, score)
+        _propose(plan, "conflict" if proposal == "supersede" else "merge", newer, older, score,
+                 f"held for review when A was added: it may replace B (similarity {score:.2f})")
         used.update((older.memory_id, newer.memory_id))
     for mtype in sorted(by_type):
         group = by_type[mtype]
@@ -316,7 +342,9 @@ def analyse(
             made = next((p for rule in PAIR_RULES if (p := rule(newer, older, cos, judge))), None)
             if made is None:
                 continue
-            _propose(plan, made, newer, older, cos)
+            relation, rule = judge(newer, older)
+            reading = "reads A as replacing B" if relation == "replaces" else "was unsure whether A replaces B"
+            _propose(plan, made, newer, older, cos, f"the judge {reading} ({rule}; similarity {cos:.2f})")
             used.update((older.memory_id, newer.memory_id))
     for m in sorted(pool, key=lambda m: (m.created_at, m.memory_id)):
         if m.memory_id in used:
@@ -351,6 +379,12 @@ def _day(memory: Memory) -> str:
 APPLY_PROMPT = "Apply? [Y/n]"
 
 
+def confidence_shown(memory: Memory) -> str:
+    """The confidence the producer gave, or `unset` (the 1.0 used for ranking is not what they said)."""
+    value = memory.metadata.get("confidence")
+    return f"{value:g}" if isinstance(value, int | float) and not isinstance(value, bool) else "unset"
+
+
 def render_report(plan: Plan) -> str:
     """The consolidation report, empty sections left out, ending with the Apply prompt's text."""
     if plan.empty:
@@ -371,8 +405,9 @@ def render_report(plan: Plan) -> str:
         for c in plan.conflicts:
             out += [
                 f"CONFLICT [mem:{c.a.memory_id}] vs [mem:{c.b.memory_id}]",
-                f'  - A: "{truncate(c.a.text)}" ({_day(c.a)}, confidence: {c.a.confidence:g})',
-                f'  - B: "{truncate(c.b.text)}" ({_day(c.b)}, confidence: {c.b.confidence:g})',
+                f'  - A: "{truncate(c.a.text)}" ({_day(c.a)}, confidence: {confidence_shown(c.a)})',
+                f'  - B: "{truncate(c.b.text)}" ({_day(c.b)}, confidence: {confidence_shown(c.b)})',
+                *([f"  Why: {c.reason}"] if c.reason else []),
                 "  Which is current? [A/B/skip]",
                 "",
             ]
@@ -401,6 +436,38 @@ def parse_choice(answer: str) -> str | None:
     """A, B or None (skip): case-insensitive; empty or anything else skips."""
     a = answer.strip().lower()
     return "A" if a == "a" else "B" if a == "b" else None
+
+
+ANSWERS = {"merge": ("apply", "skip"), "conflict": ("A", "B", "apply", "skip"), "prune": ("apply", "skip")}
+"""What each kind of item takes: apply or skip; a conflict's A or B (apply: its likely winner)."""
+
+
+def answer_plan(plan: Plan, answers: Mapping[str, str], rest: str = "apply") -> tuple[Plan, dict[int, str | None]]:
+    """The part of a plan a person approved, item by item: `answers` maps an item id (`m:…`, `c:…`,
+    `p:…`, as `to_dict` gives them) to its answer; the items not named are applied as proposed
+    (`rest="apply"`: merges, prunes, conflicts at their likely winner) or skipped (`rest="skip"`).
+    Returns the plan to apply and the conflict choices. ValueError names an unknown item or answer."""
+    if rest not in ("apply", "skip"):
+        raise ValueError("rest must be apply or skip")
+    kinds = {m.item: "merge" for m in plan.merges} | {c.item: "conflict" for c in plan.conflicts}
+    kinds |= {p.item: "prune" for p in plan.prunes}
+    for item, answer in answers.items():
+        if item not in kinds:
+            raise ValueError(f"no item {item} in plan {plan.plan_id} (it may have changed since: plan again)")
+        if answer not in ANSWERS[kinds[item]]:
+            raise ValueError(f"{item} is a {kinds[item]}: answer {' or '.join(ANSWERS[kinds[item]])}")
+
+    def chosen(item: str) -> str:
+        return answers.get(item, rest)
+
+    out = Plan(project=plan.project, user_id=plan.user_id, app_id=plan.app_id, considered=plan.considered,
+               merges=[m for m in plan.merges if chosen(m.item) == "apply"],
+               conflicts=list(plan.conflicts), prunes=[p for p in plan.prunes if chosen(p.item) == "apply"])
+    choices: dict[int, str | None] = {}
+    for i, c in enumerate(plan.conflicts):
+        answer = chosen(c.item)
+        choices[i] = c.likely if answer == "apply" else None if answer == "skip" else answer
+    return out, choices
 
 
 def parse_confirm(answer: str) -> bool:

@@ -57,9 +57,39 @@ class DreamAPIError(DreamError):
 
 @dataclass(frozen=True)
 class Accepted:
+    """An add the worker accepted. With `add(..., wait=True)`: the memory once stored, and what was
+    decided on it (`decisions`: supersede, merge, review..., each with its evidence; [] when it was
+    simply stored)."""
+
     event_id: str
     memory_id: str
     user_id: str
+    memory: Memory | None = None
+    decisions: JSONList = field(default_factory=list)
+
+    @property
+    def decided(self) -> str:
+        """What became of it, in a few words: stored, superseded X, merged into X, review with X."""
+        if self.memory is None:
+            return "accepted"
+        parts = []
+        for d in self.decisions:
+            others = [t for t in (d.get("targets") or []) if t != self.memory_id]
+            action = str(d.get("action"))
+            if action in ("merge_old", "merge_new") and self.memory.merged_into:
+                parts.append(f"merged into {self.memory.merged_into}")
+            elif others:
+                parts.append(f"{action} {', '.join(others)}")
+            else:
+                parts.append(action)
+        if self.memory.review:
+            parts.append(f"review with {', '.join(self.memory.review.get('with') or [])}")
+        return "; ".join(dict.fromkeys(parts)) or "stored"
+
+
+def _added(accepted: Accepted, memory: Memory, history: Mapping[str, Any]) -> Accepted:
+    return Accepted(accepted.event_id, accepted.memory_id, accepted.user_id, memory,
+                    [d for d in history.get("decisions") or [] if not d.get("undone")])
 
 
 @dataclass(frozen=True)
@@ -151,6 +181,17 @@ def _transport_error(url: str, exc: httpx.HTTPError) -> DreamError:
     return DreamConnectionError(f"no worker at {url}: {reason}")
 
 
+def _consolidation(user_id: str | None, mode: str, app_id: str | None, dry_run: bool) -> dict[str, Any]:
+    body: dict[str, Any] = {"mode": mode}
+    if user_id is not None:
+        body["user"] = user_id
+    if app_id is not None:
+        body["app"] = app_id
+    if dry_run:
+        body["dry_run"] = True
+    return body
+
+
 def _page(body: Mapping[str, Any]) -> Page:
     return Page([Memory.from_row(r) for r in body["memories"]], body.get("next_cursor"))
 
@@ -178,9 +219,14 @@ class Client:
     def close(self) -> None:
         self._http.close()
 
-    def add(self, user_id: str, text: str, **fields: Any) -> Accepted:
-        """One memory; optional fields as in a memory.added event (app_id, run_id, metadata, created_at...)."""
-        return self.add_many([{"user_id": user_id, "text": text, **fields}])[0]
+    def add(self, user_id: str, text: str, *, wait: bool = False, timeout: float = 60.0, **fields: Any) -> Accepted:
+        """One memory; optional fields as in a memory.added event (app_id, run_id, metadata, created_at...).
+        With `wait=True`, returns once it is stored, with what was decided (`.decided`, `.decisions`)."""
+        accepted = self.add_many([{"user_id": user_id, "text": text, **fields}])[0]
+        if not wait:
+            return accepted
+        memory = self.wait_for(accepted, timeout)
+        return _added(accepted, memory, self.history(accepted.memory_id, user_id))
 
     def add_many(self, memories: list[dict[str, Any]]) -> list[Accepted]:
         body = self._call("POST", "/v1/memories", json=memories)
@@ -214,9 +260,11 @@ class Client:
         out = self._call("PATCH", f"/v1/memories/{memory_id}", params={"user": user_id}, json=body)
         return Accepted(**out["accepted"])
 
-    def delete(self, memory_id: str, user_id: str) -> dict[str, Any]:
-        """A soft delete (status `deleted`, hidden from reads, kept; `undo(result["decision_id"])` reverts it)."""
-        out: dict[str, Any] = self._call("DELETE", f"/v1/memories/{memory_id}", params={"user": user_id})
+    def delete(self, memory_id: str, user_id: str, *, hard: bool = False) -> dict[str, Any]:
+        """A soft delete (status `deleted`, hidden from reads, kept; `undo(result["decision_id"])` reverts
+        it); `hard=True` removes it for good, with its links (what it had replaced is current again)."""
+        out: dict[str, Any] = self._call("DELETE", f"/v1/memories/{memory_id}",
+                                         params={"user": user_id, "hard": "true" if hard else "false"})
         return out
 
     def delete_all(self, user_id: str) -> int:
@@ -227,6 +275,30 @@ class Client:
     def undo(self, decision_id: str) -> JSONList:
         events: JSONList = self._call("POST", f"/v1/decisions/{decision_id}/undo")["status_events"]
         return events
+
+    def consolidate(self, user_id: str | None, *, mode: str = "dry_run", app_id: str | None = None,
+                    dry_run: bool = False) -> dict[str, Any]:
+        """A consolidation pass: `dry_run` returns the plan (items with ids, the report) for `approve`;
+        `auto` applies merges and prunes. `light` and `full` (user_id None: everyone; `dry_run` to look)."""
+        out: dict[str, Any] = self._call("POST", "/v1/consolidations", json=_consolidation(
+            user_id, mode, app_id, dry_run))
+        return out
+
+    def approve(self, plan_id: str, answers: Mapping[str, str] | None = None, rest: str = "apply") -> dict[str, Any]:
+        """Applies a plan: each item as `answers` says (item id -> apply, skip, or A / B for a conflict),
+        the others as `rest` says (apply: as proposed, conflicts at their likely winner; skip)."""
+        out: dict[str, Any] = self._call("POST", f"/v1/consolidations/{plan_id}/approve",
+                                         json={"answers": dict(answers or {}), "rest": rest})
+        return out
+
+    def reject(self, plan_id: str) -> dict[str, Any]:
+        out: dict[str, Any] = self._call("DELETE", f"/v1/consolidations/{plan_id}")
+        return out
+
+    def stats(self) -> dict[str, Any]:
+        """Memories and users, by status, kind and type, and the last consolidation runs."""
+        out: dict[str, Any] = self._call("GET", "/v1/stats", params={"detail": "1"})
+        return out
 
     def wait_for(self, added: Accepted, timeout: float = 60.0) -> Memory:
         """The memory `add` accepted, once the worker has stored it (adding goes through Kafka)."""
@@ -266,8 +338,13 @@ class AsyncClient:
     async def close(self) -> None:
         await self._http.aclose()
 
-    async def add(self, user_id: str, text: str, **fields: Any) -> Accepted:
-        return (await self.add_many([{"user_id": user_id, "text": text, **fields}]))[0]
+    async def add(self, user_id: str, text: str, *, wait: bool = False, timeout: float = 60.0,
+                  **fields: Any) -> Accepted:
+        accepted = (await self.add_many([{"user_id": user_id, "text": text, **fields}]))[0]
+        if not wait:
+            return accepted
+        memory = await self.wait_for(accepted, timeout)
+        return _added(accepted, memory, await self.history(accepted.memory_id, user_id))
 
     async def add_many(self, memories: list[dict[str, Any]]) -> list[Accepted]:
         body = await self._call("POST", "/v1/memories", json=memories)
@@ -301,9 +378,9 @@ class AsyncClient:
         out = await self._call("PATCH", f"/v1/memories/{memory_id}", params={"user": user_id}, json=body)
         return Accepted(**out["accepted"])
 
-    async def delete(self, memory_id: str, user_id: str) -> dict[str, Any]:
-        """A soft delete (status `deleted`, hidden from reads, kept; `undo(result["decision_id"])` reverts it)."""
-        out: dict[str, Any] = await self._call("DELETE", f"/v1/memories/{memory_id}", params={"user": user_id})
+    async def delete(self, memory_id: str, user_id: str, *, hard: bool = False) -> dict[str, Any]:
+        out: dict[str, Any] = await self._call("DELETE", f"/v1/memories/{memory_id}",
+                                               params={"user": user_id, "hard": "true" if hard else "false"})
         return out
 
     async def delete_all(self, user_id: str) -> int:
@@ -315,6 +392,26 @@ class AsyncClient:
         body = await self._call("POST", f"/v1/decisions/{decision_id}/undo")
         events: JSONList = body["status_events"]
         return events
+
+    async def consolidate(self, user_id: str | None, *, mode: str = "dry_run", app_id: str | None = None,
+                          dry_run: bool = False) -> dict[str, Any]:
+        out: dict[str, Any] = await self._call("POST", "/v1/consolidations", json=_consolidation(
+            user_id, mode, app_id, dry_run))
+        return out
+
+    async def approve(self, plan_id: str, answers: Mapping[str, str] | None = None,
+                      rest: str = "apply") -> dict[str, Any]:
+        out: dict[str, Any] = await self._call("POST", f"/v1/consolidations/{plan_id}/approve",
+                                               json={"answers": dict(answers or {}), "rest": rest})
+        return out
+
+    async def reject(self, plan_id: str) -> dict[str, Any]:
+        out: dict[str, Any] = await self._call("DELETE", f"/v1/consolidations/{plan_id}")
+        return out
+
+    async def stats(self) -> dict[str, Any]:
+        out: dict[str, Any] = await self._call("GET", "/v1/stats", params={"detail": "1"})
+        return out
 
     async def wait_for(self, added: Accepted, timeout: float = 60.0) -> Memory:
         """The memory `add` accepted, once the worker has stored it (adding goes through Kafka)."""

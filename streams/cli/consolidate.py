@@ -65,26 +65,44 @@ def note_stage(line: str) -> None:
         click.echo(line, err=True)
 
 
-def interactive(plan: Any) -> tuple[dict[int, str | None], bool]:
-    """Prints the report, asking at each conflict and at the end; returns the choices and the go-ahead."""
+def interactive(report: str, items: dict[str, list[str]], each: bool) -> tuple[dict[str, str], bool]:
+    """Prints the report (`render_report`'s text), asking at each conflict (and with `each`, at each
+    merge and prune) and at the end; returns the answers by item id (`answer_plan`) and the go-ahead.
+    `items` lists the plan's item ids per kind, in the report's order."""
     from dreamstream.agents import consolidation as cons
 
-    choices: dict[int, str | None] = {}
-    conflict = 0
+    answers: dict[str, str] = {}
+    seen = {"merge": 0, "conflict": 0, "prune": 0}
     go = False
-    for line in cons.render_report(plan).split("\n"):
+
+    def take(kind: str, answer: str) -> None:
+        answers[items[kind][seen[kind]]] = answer
+        seen[kind] += 1
+
+    for line in report.split("\n"):
         if line.strip() == "Which is current? [A/B/skip]":
             answer = _ask(line)
             while answer is not None and answer.strip().lower() not in ("a", "b", "", "s", "skip"):
                 answer = _ask("Please answer A, B or skip (Enter skips). Which is current? [A/B/skip]")
-            choices[conflict] = cons.parse_choice(answer or "")
-            conflict += 1
+            take("conflict", cons.parse_choice(answer or "") or "skip")
         elif line == cons.APPLY_PROMPT:
             answer = _ask(line)
             go = answer is not None and cons.parse_confirm(answer)  # end of input is not a yes
         else:
             click.echo(line)
-    return choices, go
+            kind = "merge" if line.startswith("  - Merged:") else "prune" if line.startswith("PRUNE [") else None
+            if each and kind:
+                answer = _ask(f"  {'Merge these' if kind == 'merge' else 'Prune it'}? [Y/n]")
+                take(kind, "apply" if answer is not None and cons.parse_confirm(answer) else "skip")
+    return answers, go
+
+
+def plan_items(plan: Any) -> dict[str, list[str]]:
+    """Item ids per kind, in the report's order, from a Plan or its dict."""
+    if isinstance(plan, dict):
+        return {kind: [x["item"] for x in plan[f"{kind}s"]] for kind in ("merge", "conflict", "prune")}
+    return {"merge": [m.item for m in plan.merges], "conflict": [c.item for c in plan.conflicts],
+            "prune": [p.item for p in plan.prunes]}
 
 
 async def publish_events(events: list[dict[str, Any]], store_dir: str | None) -> str:
@@ -143,12 +161,15 @@ async def finish_interrupted(store: Any, store_dir: str | None) -> None:
            help='Register a recurring --auto run in the worker: weekly, daily, biweekly or "<cron>".')
 @click.option("--retention", "retention_file", default=None,
            help="JSON {type: days|null} over the defaults (default: $DREAM_RETENTION_FILE).")
+@click.option("--each", is_flag=True, default=False, help="Ask at each merge and prune too, not only at conflicts.")
 @store_option
+@url_option
 @run_async
 async def consolidate(user: str | None, app_id: str | None, auto: bool, dry_run: bool,
                       yes: bool, hard_delete: bool, light: bool, full: bool, schedule: str | None,
-                      retention_file: str | None, store_dir: str | None) -> None:
-    """The consolidation pass over one user's (or one app's) memories, with a report to approve."""
+                      retention_file: str | None, each: bool, store_dir: str | None, api_url: str | None) -> None:
+    """The consolidation pass over one user's (or one app's) memories, with a report to approve item by
+    item (through a running worker's API when one holds the store)."""
     from dreamstream.agents import consolidation as cons
     from dreamstream.streams.core import changes
     from dreamstream.streams.core import consolidation as runner
@@ -158,6 +179,13 @@ async def consolidate(user: str | None, app_id: str | None, auto: bool, dry_run:
         raise click.UsageError("--light and --full exclude each other")
     if auto and dry_run:
         raise click.UsageError("--auto and --dry-run exclude each other")
+    if (auto or dry_run or yes) and each:
+        raise click.UsageError("--each asks at each item: not with --auto, --dry-run or --yes")
+    url = None if schedule else worker_url(store_dir, api_url)
+    if url is not None:
+        through_worker(url, user, app_id, auto=auto, dry_run=dry_run, yes=yes, each=each, light=light, full=full,
+                       refused="--hard-delete" if hard_delete else "--retention" if retention_file else None)
+        return
     if light or full:
         store = open_configured_store(store_dir)
         try:
@@ -220,18 +248,19 @@ async def consolidate(user: str | None, app_id: str | None, auto: bool, dry_run:
         else:
             if yes:
                 click.echo(cons.report_without_prompt(plan))
-                choices: dict[int, str | None] = {}
+                answers = {c.item: "skip" for c in plan.conflicts}  # nobody chose: conflicts wait
                 go = True
             else:
                 if hard_delete and plan.prunes:
                     click.echo(f"Note: --hard-delete deletes the {len(plan.prunes)} pruned memories for good.")
-                choices, go = interactive(plan)
+                answers, go = interactive(cons.render_report(plan), plan_items(plan), each)
             if not go:
                 click.echo(cons.CANCELLED)
                 return
             note_stage(applying)
             click.echo(started, err=True)
-            outcome, events = runner.apply_plan(store, shared_embedder(), plan, choices, hard_delete=hard_delete,
+            chosen, choices = cons.answer_plan(plan, answers)
+            outcome, events = runner.apply_plan(store, shared_embedder(), chosen, choices, hard_delete=hard_delete,
                                                 pass_id=pass_id)
             click.echo(cons.render_summary(outcome))
         if hard_delete and outcome.pruned:
@@ -246,6 +275,56 @@ async def consolidate(user: str | None, app_id: str | None, auto: bool, dry_run:
                                                             **outcome.to_dict()})
     finally:
         store.close()
+
+
+def through_worker(url: str, user: str | None, app_id: str | None, *, auto: bool, dry_run: bool, yes: bool,
+                   each: bool, light: bool, full: bool, refused: str | None) -> None:
+    """`dream consolidate` beside the worker that holds the store: the same report and answers, run by
+    the worker (POST /v1/consolidations, then approve item by item); it publishes the status events."""
+    from dreamstream.agents import consolidation as cons
+
+    if refused:
+        raise click.UsageError(f"{refused} works on the store itself, which the worker at {url} holds: stop it "
+                               "first (the worker applies its own retention: dream control retention.set)")
+    with api_errors(), api_client(url) as api:
+        if light or full:
+            click.echo(json.dumps(api.consolidate(user, mode="full" if full else "light", dry_run=dry_run),
+                                  indent=2, sort_keys=True))
+            return
+        if not user:
+            raise click.UsageError("a consolidation pass needs --user")
+        if auto:
+            done = api.consolidate(user, mode="auto", app_id=app_id)
+            click.echo(done.get("line") or done.get("message"))
+            if done.get("status_events"):
+                click.echo(f"Undo this pass: dream undo {done['decision_id']}")
+            return
+        plan = api.consolidate(user, app_id=app_id)
+        if "plan_id" not in plan:
+            click.echo(plan.get("message") or cons.no_memories(str(plan.get("project"))))
+            return
+        if not (plan["merges"] or plan["conflicts"] or plan["prunes"]):
+            api.reject(plan["plan_id"])
+            click.echo(cons.NOTHING)
+            return
+        if dry_run:
+            api.reject(plan["plan_id"])
+            click.echo(plan["report"])
+            click.echo("(dry run: no changes made)")
+            return
+        if yes:
+            click.echo(plan["report"])
+            answers, go = {x["item"]: "skip" for x in plan["conflicts"]}, True
+        else:
+            answers, go = interactive(plan["report"] + "\n" + cons.APPLY_PROMPT, plan_items(plan), each)
+        if not go:
+            api.reject(plan["plan_id"])
+            click.echo(cons.CANCELLED)
+            return
+        done = api.approve(plan["plan_id"], answers)
+        click.echo(done["summary"])
+        if done.get("status_events"):
+            click.echo(f"Undo this pass: dream undo {done['decision_id']}")
 
 
 @click.command()
@@ -272,16 +351,24 @@ async def schedule(action: str, schedule_id: str | None) -> None:
 
 @click.command()
 @store_option
+@url_option
 @click.option("--json", "as_json", is_flag=True, default=False, help="One JSON object instead of tables.")
-def stats(store_dir: str | None, as_json: bool) -> None:
-    """Counts by status, kind and type, and the last consolidation runs."""
+def stats(store_dir: str | None, api_url: str | None, as_json: bool) -> None:
+    """Counts by status, kind and type, and the last consolidation runs (through a running worker's API
+    when one holds the store)."""
     from dreamstream.streams.core import consolidation as runner
 
-    store = open_configured_store(store_dir)
-    try:
-        out = runner.stats(store, store_dir or settings.store_dir)
-    finally:
-        store.close()
+    url = worker_url(store_dir, api_url)
+    if url is not None:
+        with api_errors(), api_client(url) as api:
+            out = api.stats()
+        out.pop("ready", None)
+    else:
+        store = open_configured_store(store_dir)
+        try:
+            out = runner.stats(store, store_dir or settings.store_dir)
+        finally:
+            store.close()
     if as_json:
         click.echo(json.dumps(out, indent=2, sort_keys=True))
         return

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -279,11 +280,14 @@ def plan_from_dict(store: MemoryStore, data: Mapping[str, Any]) -> cons.Plan:
     plan = cons.Plan(project=data["project"], user_id=data["user"], app_id=data.get("app"))
     plan.merges = [cons.MergeProposal(got[x["a"]], got[x["b"]], x["merged_text"], x["score"])
                    for x in data["merges"] if live(x["a"], x["b"])]
-    plan.conflicts = [cons.Conflict(got[x["a"]], got[x["b"]], x["likely"], x["score"])
+    plan.conflicts = [cons.Conflict(got[x["a"]], got[x["b"]], x["likely"], x["score"], x.get("reason", ""))
                       for x in data["conflicts"] if live(x["a"], x["b"])]
     plan.prunes = [cons.Prune(got[x["memory"]], x["age_days"], x["policy"])
                    for x in data["prunes"] if live(x["memory"])]
     return plan
+
+
+PLAN_ID = re.compile(r"plan-[0-9a-f]{16}")
 
 
 def control(proc: Any, command: str, args: Mapping[str, Any], retention: Mapping[str, int | None] | None,
@@ -292,8 +296,10 @@ def control(proc: Any, command: str, args: Mapping[str, Any], retention: Mapping
             command_id: str | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The control topic's consolidate.run / approve / reject (runs on the worker's store thread).
 
-    run with mode dry_run saves the plan and replies with it (approve applies it by id, conflicts at
-    their likely winner); mode auto applies merges and prunes at once, as `dream consolidate --auto`.
+    run with mode dry_run saves the plan and replies with it; approve applies it by id, each item as
+    `answers` says (agents/consolidation.py `answer_plan`), the rest as proposed (conflicts at their
+    likely winner) or, with `rest: skip`, not at all; mode auto applies merges and prunes at once, as
+    `dream consolidate --auto`.
     `observe(kind, status, seconds)` is told how each run went (the worker's metrics). With
     `command_id` the pass id comes from it: a redelivered command whose pass was applied (and finished
     by `changes.recover` after a crash) is answered from the pass's record, not run again."""
@@ -341,6 +347,8 @@ def _control(proc: Any, command: str, args: Mapping[str, Any], retention: Mappin
             return {"mode": "auto", "line": cons.auto_line(plan.project, outcome), **outcome.to_dict()}, events
         save_plan(data_dir, plan)
         return {"mode": "dry_run", "report": cons.report_without_prompt(plan), **plan.to_dict()}, []
+    if not PLAN_ID.fullmatch(str(args["plan_id"])):  # it names a file: never a path
+        raise KeyError(f"no pending plan {str(args['plan_id'])[:40]}")
     path = Path(data_dir) / PLANS_DIR / f"{args['plan_id']}.json"
     if not path.exists():
         raise KeyError(f"no pending plan {args['plan_id']}")
@@ -348,8 +356,8 @@ def _control(proc: Any, command: str, args: Mapping[str, Any], retention: Mappin
         path.unlink()
         return {"plan_id": args["plan_id"], "rejected": True}, []
     data = json.loads(path.read_text(encoding="utf-8"))
-    plan = plan_from_dict(proc.store, data)
-    choices = {i: c.likely for i, c in enumerate(plan.conflicts)}
+    plan, choices = cons.answer_plan(plan_from_dict(proc.store, data), args.get("answers") or {},
+                                     args.get("rest") or "apply")
     outcome, events = apply_plan(proc.store, proc.embed, plan, choices,
                                  pass_id=None if command_id is None else new_pass_id(plan, command_id))
     path.unlink()

@@ -109,6 +109,46 @@ def delete_memory(store: MemoryStore, memory_id: str, user: str) -> list[dict[st
     return change.events
 
 
+LINKS = ("superseded_by", "merged_into", "supersedes", "merged_from", "sources")
+"""Every field that names another memory."""
+
+
+def hard_delete_memory(store: MemoryStore, memory_id: str, user: str) -> list[dict[str, Any]] | None:
+    """Removes one memory for good (`DELETE ...?hard=true`), with every link to it: a memory it had
+    superseded or merged is current again (nothing replaces it now), patterns drop it from their
+    sources. Not undoable. Crash-safe (core/changes.py, a linked memory holds the intent). Returns the
+    status events (unsent until the caller publishes them); None for an unknown id or another user's."""
+    got = store.retrieve([memory_id]).get(memory_id)
+    if got is None or got.user_id != user:
+        return None
+    linked = {v for f in ("superseded_by", "merged_into") if (v := getattr(got, f))}
+    linked |= {v for f in ("supersedes", "merged_from", "sources") for v in getattr(got, f)}
+    for f in LINKS:
+        linked |= {m.memory_id for m in store.scroll({f: memory_id, "user_id": user})}
+    others = {mid: m for mid, m in store.retrieve(sorted(linked - {memory_id})).items() if m.user_id == user}
+    stamp = now_iso()
+    did = "hdel-" + uuid.uuid4().hex[:16]
+    evidence = {"by": "api", "hard": True, "removed": memory_id}
+    events = [status_event(did, memory_id, user, got.status, "deleted", None, "delete", evidence)]
+    change = changes.Change(change_id=did, holder=min(others) if others else "", deletes=[memory_id])
+    for mid, m in sorted(others.items()):
+        fields: dict[str, Any] = {"updated_at": stamp}
+        if memory_id in (m.superseded_by, m.merged_into):
+            fields.update(superseded_by=None, merged_into=None, status="active")
+            events.append(status_event(did, mid, user, m.status, "active", None, "delete", evidence))
+        for f in ("supersedes", "merged_from", "sources"):
+            if memory_id in getattr(m, f):
+                fields[f] = [x for x in getattr(m, f) if x != memory_id]
+        change.set(mid, fields)
+    change.events = events
+    if change.holder:
+        changes.apply(store, change)
+    else:  # nothing linked: one write, the events from the caller
+        store.delete([memory_id])
+    store.flush()
+    return events
+
+
 def erase_user(store: MemoryStore, user: str, intent: str) -> int:
     """Hard delete of everything of one user (privacy requests); returns how many memories it found.
 

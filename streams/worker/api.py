@@ -4,10 +4,14 @@
     GET  /v1/memories?user=U[&q=TEXT]      list or search, current facts first; filters, read modes, cursor
     GET  /v1/memories/{id}?user=U          one memory of that user
     PATCH /v1/memories/{id}?user=U         update: a new version supersedes it (undo reverts it)
-    DELETE /v1/memories/{id}?user=U        soft delete (undo reverts it)
+    DELETE /v1/memories/{id}?user=U        soft delete (undo reverts it); &hard=true: gone, links too
     GET  /v1/memories/{id}/history?user=U  its decisions (with evidence) and links
     DELETE /v1/users/{user}?confirm={user} erase one user for good
     POST /v1/decisions/{id}/undo           revert one decision
+    POST /v1/consolidations                a consolidation pass (dry_run: a plan to answer; auto), light, full
+    POST /v1/consolidations/{plan}/approve apply a plan, each item as answered (apply, skip, A, B)
+    DELETE /v1/consolidations/{plan}       drop a plan unapplied
+    GET  /v1/stats?detail=1                counts by status, kind and type, users, last consolidation runs
     GET  /v1/openapi.json                  this API, described
 
 Errors are JSON `{"error": ...}` with a 4xx status. Auth: with DREAM_API_TOKEN set every call needs
@@ -30,7 +34,9 @@ from faust.web import Request, Response, View
 
 from dreamstream.schemas.events import status_event
 from dreamstream.streams.core import changes, memories, reads
+from dreamstream.streams.core import consolidation as runner
 from dreamstream.streams.core.ingest import BatchResult
+from dreamstream.streams.worker import metrics
 from dreamstream.streams.worker.app import (
     app,
     memory_added_topic,
@@ -40,6 +46,7 @@ from dreamstream.streams.worker.app import (
     settings,
 )
 from dreamstream.streams.worker.consolidation import access_event, accessed_topic
+from dreamstream.streams.worker.tables import settings_table
 
 
 def _json(body: Any, status: int = 200) -> Any:
@@ -151,11 +158,16 @@ class MemoryView(View):
 
     @api_call
     async def delete(self, request: Request, memory_id: str) -> Response:
-        """A soft delete (?user=U required): status `deleted`, hidden from reads, kept; undo reverts it."""
+        """A soft delete (?user=U required): status `deleted`, hidden from reads, kept; undo reverts it.
+        `&hard=true` removes it for good with every link to it (not undoable)."""
         user = reads.user_param(request.query)
+        hard = request.query.get("hard", "false")
+        if set(request.query) - {"user", "hard"} or hard not in ("true", "false", "1", "0"):
+            raise ValueError("a delete takes user and hard=true|false")
         proc = await processor()
+        remove = memories.hard_delete_memory if hard in ("true", "1") else memories.delete_memory
         try:
-            events = await on_store_thread(memories.delete_memory, proc.store, memory_id, user)
+            events = await on_store_thread(remove, proc.store, memory_id, user)
         except ValueError as exc:
             return _error(409, str(exc))  # type: ignore[no-any-return]
         if events is None:
@@ -163,7 +175,7 @@ class MemoryView(View):
         await publish(BatchResult(status_events=events))
         await app.producer.flush()
         await on_store_thread(changes.sent, proc.store, events)
-        return _json({"memory_id": memory_id, "status": "deleted",  # type: ignore[no-any-return]
+        return _json({"memory_id": memory_id, "status": "deleted", "hard": remove is not memories.delete_memory,  # type: ignore[no-any-return]
                       "decision_id": events[0]["decision_id"], "status_events": events})
 
 
@@ -215,6 +227,86 @@ class UndoView(View):
         return _json({"decision_id": decision_id, "status_events": events})  # type: ignore[no-any-return]
 
 
+async def _body(request: Request) -> dict[str, Any]:
+    """A JSON object body ({} when empty); ValueError (a 400) otherwise."""
+    raw = await request.read()
+    try:
+        body = orjson.loads(raw) if raw.strip() else {}
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"invalid_json: {exc}") from None
+    if not isinstance(body, dict):
+        raise ValueError("the body must be a JSON object")
+    return body
+
+
+async def _consolidation(command: str, args: dict[str, Any]) -> Response:
+    """One consolidation command, as the control topic runs it (core/consolidation.py `control`), with
+    its status events published and then marked sent: 404 for an unknown plan, 400 for a bad answer."""
+    proc = await processor()
+    try:
+        details, events = await on_store_thread(runner.control, proc, command, args,
+                                                settings_table.get("retention") or None, settings.data_dir,
+                                                metrics.consolidation_run)
+    except KeyError as exc:
+        return _error(404, str(exc.args[0]))  # type: ignore[no-any-return]
+    await publish(BatchResult(status_events=events))
+    if events:
+        await app.producer.flush()
+        await on_store_thread(changes.sent, proc.store, events)
+    return _json({**details, "status_events": len(events)})  # type: ignore[no-any-return]
+
+
+MODES = ("dry_run", "auto", "light", "full")
+
+
+@app.page("/v1/consolidations")
+class ConsolidationsView(View):
+    @api_call
+    async def post(self, request: Request) -> Response:
+        """{"user": U, "app"?: A, "mode": dry_run|auto|light|full, "dry_run"?: bool (light, full)}.
+        dry_run answers the plan (its items, each with an `item` id, and the report) to approve item by
+        item; auto applies merges and prunes and skips conflicts; light and full run over the user (or,
+        without one, everyone)."""
+        body = await _body(request)
+        mode = body.get("mode", "dry_run")
+        unknown = set(body) - {"user", "app", "mode", "dry_run"}
+        if unknown or mode not in MODES:
+            raise ValueError(f"a consolidation takes user, app, mode ({' | '.join(MODES)}) and dry_run"
+                             + (f"; not {', '.join(sorted(unknown))}" if unknown else ""))
+        user = body.get("user")
+        if user is not None and (not isinstance(user, str) or not user):
+            raise ValueError("user must be a non-empty string")
+        if mode in ("light", "full"):
+            proc = await processor()
+            run = runner.full if mode == "full" else runner.light
+            summary = await on_store_thread(run, proc.store, user, bool(body.get("dry_run")))
+            if not body.get("dry_run"):
+                runner.note_run(settings.store_dir, summary)
+            return _json(summary)  # type: ignore[no-any-return]
+        if not user:
+            raise ValueError("a consolidation pass needs user")
+        return await _consolidation("consolidate.run", {"user": user, "app": body.get("app"), "mode": mode})
+
+
+@app.page("/v1/consolidations/{plan_id}/approve")
+class ApproveView(View):
+    @api_call
+    async def post(self, request: Request, plan_id: str) -> Response:
+        """{"answers"?: {item: apply|skip|A|B}, "rest"?: apply|skip}: the plan applied item by item."""
+        body = await _body(request)
+        if set(body) - {"answers", "rest"} or not isinstance(body.get("answers", {}), dict):
+            raise ValueError('an approval is {"answers": {item: apply|skip|A|B}, "rest": apply|skip}')
+        return await _consolidation("consolidate.approve", {"plan_id": plan_id, **body})
+
+
+@app.page("/v1/consolidations/{plan_id}")
+class PlanView(View):
+    @api_call
+    async def delete(self, request: Request, plan_id: str) -> Response:
+        """The plan dropped, nothing applied."""
+        return await _consolidation("consolidate.reject", {"plan_id": plan_id})
+
+
 @app.page("/v1/openapi.json")
 async def openapi_view(web: Any, request: Any) -> Any:
     """The OpenAPI 3.1 document of this API."""
@@ -252,8 +344,9 @@ OPENAPI: dict[str, Any] = {
             "patch": {"summary": "Update text and/or metadata: a new version supersedes this one (undoable)",
                       "parameters": [_ID, _USER],
                       "responses": {"202": {"description": "the new version's ids"}, "400": _ERROR, "404": _ERROR}},
-            "delete": {"summary": "Soft delete (status deleted, hidden from reads; undo reverts it)",
-                       "parameters": [_ID, _USER],
+            "delete": {"summary": "Soft delete (status deleted, hidden from reads; undo reverts it); "
+                                  "hard=true removes it and its links for good",
+                       "parameters": [_ID, _USER, {"name": "hard", "in": "query", "schema": {"type": "boolean"}}],
                        "responses": {"200": {"description": "its decision and status event"}, "404": _ERROR,
                                      "409": _ERROR}}},
         "/v1/users/{user_id}": {"delete": {

@@ -65,12 +65,22 @@ async def healthz(web: Any, request: Any) -> Any:
 @app.page("/v1/stats")
 async def stats_view(web: Any, request: Any) -> Any:
     """How many memories the store holds, by status: for readiness checks (503 until the store is open
-    and while ingest is paused on a store fault) and quick looks."""
+    and while ingest is paused on a store fault) and quick looks. `?detail=1` (an API call: token or
+    loopback) adds users, kinds, types and the last consolidation runs, as `dream stats` shows them."""
     if "processor" not in _runtime:
         return aioweb.json_response({"ready": False}, status=503)
     fault = store_fault()
     if fault:
         return aioweb.json_response({"ready": False, "store_fault": fault[0]}, status=503)
+    if request.query.get("detail"):
+        from dreamstream.streams.core import consolidation as runner
+        from dreamstream.streams.worker.api import refused
+
+        denied = refused(request)
+        if denied is not None:
+            return denied
+        detail = await on_store_thread(runner.stats, _runtime["processor"].store, settings.store_dir)
+        return aioweb.json_response({"ready": True, **detail})
     store = _runtime["processor"].store
 
     def counts() -> dict[str, int]:

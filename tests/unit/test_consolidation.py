@@ -50,12 +50,13 @@ EXPECTED_REPORT = """## Dream — Memory Consolidation Report
 MERGE [mem:pg-1] + [mem:pg-2] → NEW
   - Original 1: "Use PostgreSQL for auth."
   - Original 2: "Auth DB is PostgreSQL 15 on port 5432."
-  - Merged:     "Auth DB is PostgreSQL 15 on port 5432; use PostgreSQL for auth."
+  - Merged:     "Auth DB is PostgreSQL 15 on port 5432. Use PostgreSQL for auth."
 
 ### Contradictions (1 pairs)
 CONFLICT [mem:fri-2] vs [mem:fri-1]
   - A: "The team no longer deploys on Fridays." (2026-03-10, confidence: 0.9)
   - B: "The team deploys on Fridays." (2026-01-10, confidence: 0.6)
+  Why: the judge reads A as replacing B (explicit_end:no longer; similarity 0.84)
   Which is current? [A/B/skip]
 
 ### Prune candidates (2 memories)
@@ -272,6 +273,38 @@ def test_control_dry_run_plan_then_approve(proc: Processor, tmp_path: Path, monk
     assert proc.store.retrieve(["fri-1"])["fri-1"].superseded_by == "fri-2"
     with pytest.raises(KeyError):
         runner.control(proc, "consolidate.approve", {"plan_id": details["plan_id"]}, None)
+
+
+def test_approve_answers_each_item(proc: Processor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A merge skipped, one prune applied and one skipped, the conflict answered B: only that is done."""
+    monkeypatch.setenv("DREAM_DATA_DIR", str(tmp_path / "data"))
+    plan, _ = runner.control(proc, "consolidate.run", {"user": "u1", "app": "proj"}, {"session_state": 90})
+    items = {x["memory"]: x["item"] for x in plan["prunes"]}
+    [merge], [conflict] = plan["merges"], plan["conflicts"]
+    assert conflict["reason"].startswith("the judge reads A as replacing B")
+    assert conflict["a_text"] == "The team no longer deploys on Fridays."
+    with pytest.raises(ValueError, match="is a merge: answer apply or skip"):
+        runner.control(proc, "consolidate.approve", {"plan_id": plan["plan_id"], "answers": {merge["item"]: "A"}},
+                       None)
+    with pytest.raises(ValueError, match="no item p:nope"):
+        runner.control(proc, "consolidate.approve", {"plan_id": plan["plan_id"], "answers": {"p:nope": "skip"}},
+                       None)
+    answers = {merge["item"]: "skip", items["sess-1"]: "apply", conflict["item"]: "B"}
+    done, events = runner.control(proc, "consolidate.approve", {"plan_id": plan["plan_id"], "answers": answers,
+                                                                "rest": "skip"}, None)
+    assert (done["merged_pairs"], done["pruned"], done["resolved"]) == (0, 1, 1)
+    got = proc.store.retrieve(["pg-1", "pg-2", "sess-1", "vague-1", "fri-1", "fri-2"])
+    assert [got[m].status for m in ("pg-1", "pg-2", "sess-1", "vague-1")] == ["active", "active", "expired", "active"]
+    assert got["fri-2"].superseded_by == "fri-1"  # B (the older) chosen as current
+
+
+def test_merged_text_keeps_names_and_unset_confidence_is_shown_unset(embedder: Any) -> None:
+    a, b = memories(embedder, [("n1", "Ana lives in Berlin.", "2026-01-01T10:00:00Z", {}),
+                               ("n2", "She likes long hikes in the Alps.", "2026-01-02T10:00:00Z", {})])
+    assert cons.joined("Ana lives in Berlin", "Ana likes hiking") == "Ana lives in Berlin. Ana likes hiking."
+    assert cons.joined("Ana lives in Berlin", "She likes hiking") == "Ana lives in Berlin; she likes hiking."
+    assert cons.joined("Ana lives in Berlin", "I like NASA") == "Ana lives in Berlin. I like NASA."
+    assert cons.confidence_shown(a) == "unset" and cons.confidence_shown(memories(embedder, SCOPE[:1])[0]) == "0.8"
 
 
 # --- decay, co-access, clustering --------------------------------------------------------------------

@@ -41,3 +41,34 @@ def test_threshold_and_metadata_filters_narrow_a_read(edge_store: Any, embedder:
     params = {"user": "u1", "metadata.topic": "garden"}
     garden = memories.list_page(edge_store, embedder, reads.read_query(params), memories.filters(params), None).rows
     assert sorted(r["text"] for r in garden) == ["Grows tomatoes in pots.", "Keeps bees on the roof."]
+
+
+def test_a_hard_delete_removes_the_memory_and_every_link_to_it(edge_store: Any, embedder: Any) -> None:
+    """What it had replaced is current again, a pattern drops it from its sources, another user's
+    memory is never touched, and one status event per memory changed says so."""
+    import numpy as np
+
+    from dreamstream.schemas.memory import Memory
+
+    texts = ["Lives in Lisbon.", "Moved to Porto.", "Likes the sea.", "Lives in Lisbon."]
+    vectors = embedder(texts)
+    stamp = "2026-01-01T10:00:00Z"
+
+    def mem(mid: str, i: int, user: str = "u1", **links: Any) -> Memory:
+        return Memory(memory_id=mid, user_id=user, text=texts[i], created_at=stamp, updated_at=stamp,
+                      vector=np.asarray(vectors[i], dtype=np.float32), **links)
+
+    edge_store.upsert([mem("old", 0, status="superseded", superseded_by="new"),
+                       mem("new", 1, supersedes=["old"]),
+                       mem("pat", 2, kind="pattern", sources=["new", "old"]),
+                       mem("foreign", 3, user="u2", status="superseded", superseded_by="new")])
+    assert memories.hard_delete_memory(edge_store, "new", "u2") is None  # not u2's
+    events = memories.hard_delete_memory(edge_store, "new", "u1")
+    assert events is not None
+    assert [(e["memory_id"], e["from_status"], e["to_status"]) for e in events] == [
+        ("new", "active", "deleted"), ("old", "superseded", "active")]
+    got = edge_store.retrieve(["old", "new", "pat", "foreign"])
+    assert "new" not in got
+    assert (got["old"].status, got["old"].superseded_by) == ("active", None)
+    assert got["pat"].sources == ["old"]
+    assert (got["foreign"].status, got["foreign"].superseded_by) == ("superseded", "new")
