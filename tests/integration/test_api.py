@@ -265,13 +265,13 @@ def test_consolidation_item_by_item_over_http_the_client_and_the_cli(worker: Wor
                               input=stdin)
 
     old = "2026-01-02T10:00:00Z"
-    notes = [{"user_id": "gus", "text": f"Was halfway through refactor step {n} of the billing module.",
+    notes = [{"user_id": "kit", "text": f"Was halfway through refactor step {n} of the billing module.",
               "created_at": old, "metadata": {"type": "session_state"}} for n in (1, 2, 3)]
     with Client(url(worker), token=TOKEN) as api:
         added = api.add_many(notes)
         for a in added:
             api.wait_for(a)
-        plan = api.consolidate("gus")
+        plan = api.consolidate("kit")
         prunes = {x["memory"]: x["item"] for x in plan["prunes"]}
         assert set(prunes) >= {a.memory_id for a in added} and plan["report"].startswith("## Dream")
         with pytest.raises(DreamAPIError) as bad:
@@ -279,24 +279,24 @@ def test_consolidation_item_by_item_over_http_the_client_and_the_cli(worker: Wor
         assert bad.value.status == 400 and "is a prune: answer apply or skip" in bad.value.message
         done = api.approve(plan["plan_id"], {prunes[added[0].memory_id]: "apply"}, rest="skip")
         assert done["pruned"] == 1 and done["status_events"] == 1 and done["decision_id"].startswith("cons-")
-        assert [api.get(a.memory_id, "gus").status for a in added] == ["expired", "active", "active"]
+        assert [api.get(a.memory_id, "kit").status for a in added] == ["expired", "active", "active"]
         with pytest.raises(DreamAPIError) as gone:
             api.approve(plan["plan_id"])
         assert gone.value.status == 404
         assert api.stats()["by_status"]["expired"] >= 1
 
-        first = api.add("hal", "Hal lives in Ghent.", created_at="2026-01-04T10:00:00Z", wait=True)
+        first = api.add("ivo", "Ivo lives in Ghent.", created_at="2026-01-04T10:00:00Z", wait=True)
         assert first.decided == "stored" and first.memory and first.memory.label == "current"
-        moved = api.add("hal", "Hal moved to Leuven last month.", created_at="2026-03-01T10:00:00Z", wait=True)
+        moved = api.add("ivo", "Ivo moved to Leuven last month.", created_at="2026-03-01T10:00:00Z", wait=True)
         assert moved.decided == f"supersede {first.memory_id}", moved.decisions
-        gone_for_good = api.delete(moved.memory_id, "hal", hard=True)  # the links go too: Ghent is current again
+        gone_for_good = api.delete(moved.memory_id, "ivo", hard=True)  # the links go too: Ghent is current again
         assert gone_for_good["hard"] and len(gone_for_good["status_events"]) == 2
-        assert [(m.memory_id, m.label) for m in api.list("hal").memories] == [(first.memory_id, "current")]
+        assert [(m.memory_id, m.label) for m in api.list("ivo").memories] == [(first.memory_id, "current")]
 
-    looked = dream("consolidate", "--user", "gus", "--dry-run")
+    looked = dream("consolidate", "--user", "kit", "--dry-run")
     assert looked.returncode == 0 and looked.stderr == "", looked.stderr
     assert looked.stdout.count("PRUNE [mem:") == 2 and looked.stdout.endswith("(dry run: no changes made)\n")
-    asked = dream("consolidate", "--user", "gus", "--each", stdin="y\nn\n\n")
+    asked = dream("consolidate", "--user", "kit", "--each", stdin="y\nn\n\n")
     assert asked.returncode == 0 and asked.stderr == "", asked.stderr
     assert "Prune it? [Y/n]" in asked.stdout and "Pruned:  1 memories expired" in asked.stdout
     assert "Undo this pass: dream undo cons-" in asked.stdout
