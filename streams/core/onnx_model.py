@@ -2,9 +2,10 @@
 
 Why build the graph here rather than `torch.onnx.export`: exporting needs torch, a multi-GB wheel from
 PyPI, at every install. The model is a plain 6-layer BERT encoder, so its graph is written out op by
-op from the weight file (`safetensors`, `onnx`), then its MatMul weights are quantized to int8 per
-output channel (onnxruntime's dynamic quantization). The graph's output is the last hidden state
-(the token vectors the judge aligns words with); pooling and normalisation happen in numpy.
+op from the weight file (`safetensors`, `onnx`) with ONNX Runtime's fused transformer ops, then its
+weights are quantized to int8 per output channel (onnxruntime's dynamic quantization). The graph's
+output is the last hidden state (the token vectors the judge aligns words with); pooling and
+normalisation happen in numpy.
 
 The built files are cached (`model_cache_dir()`), keyed by the weights and this builder's version;
 a build takes seconds and is written atomically, so concurrent first starts are safe.
@@ -15,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import os
 import tempfile
 from collections.abc import Mapping
@@ -24,8 +24,9 @@ from typing import Any
 
 import numpy as np
 
-BUILDER_VERSION = 1
-OPSET = 17  # LayerNormalization
+BUILDER_VERSION = 2  # 2: ONNX Runtime's fused transformer ops
+OPSET = 17
+FUSED_DOMAIN = "com.microsoft"
 
 
 def model_cache_dir() -> Path:
@@ -83,16 +84,22 @@ def build(model_dir: Path, out: Path, quantized: bool = True,
             quiet = logging.getLogger()  # the quantizer warns on the root logger about optional pre-processing
             level = quiet.level
             quiet.setLevel(logging.ERROR)
-            try:  # per-channel int8 on the weight MatMuls only: the default (per tensor) loses more accuracy
+            try:  # per-channel int8 on the weights (MatMul, Attention: QAttention); per tensor loses more
                 quantize_dynamic(str(fp32), str(final), per_channel=True, weight_type=QuantType.QInt8,
-                                 op_types_to_quantize=["MatMul"])
+                                 op_types_to_quantize=["MatMul", "Attention"],
+                                 extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
             finally:
                 quiet.setLevel(level)
         os.replace(final, out)
 
 
 def _graph(model_dir: Path, overrides: Mapping[str, np.ndarray]) -> Any:
-    """BERT as in HF's BertModel (absolute positions, token type 0, erf GELU, post-LayerNorm)."""
+    """BERT as in HF's BertModel (absolute positions, token type 0, erf GELU, post-LayerNorm), written
+    with ONNX Runtime's fused transformer ops (com.microsoft), as its transformer optimizer would leave
+    a BERT export: EmbedLayerNormalization (the three embeddings and their LayerNorm, and the mask as key
+    lengths), one Attention per layer (Q, K and V in one weight), SkipLayerNormalization (residual, bias
+    and LayerNorm) and BiasGelu. Its optimizer does not recognise a hand-built graph's subgraphs, so
+    the graph names the fused ops itself. Padding must be on the right (the tokenizer's)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
     from safetensors.numpy import load_file
@@ -104,64 +111,53 @@ def _graph(model_dir: Path, overrides: Mapping[str, np.ndarray]) -> Any:
         raise ValueError(f"no such weights in {model_dir}: {sorted(unknown)[:3]}")
     w.update({k: np.asarray(v, np.float32) for k, v in overrides.items()})
     hidden, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
-    head_dim = hidden // heads
     eps = float(config.get("layer_norm_eps", 1e-12))
     nodes: list[Any] = []
     inits: list[Any] = []
     counter = iter(range(1_000_000))
 
     def const(name: str, value: np.ndarray) -> str:
-        inits.append(numpy_helper.from_array(np.ascontiguousarray(value), name))
+        inits.append(numpy_helper.from_array(np.ascontiguousarray(value, dtype=value.dtype), name))
         return name
 
-    def op(kind: str, inputs: list[str], **attrs: Any) -> str:
-        out = f"{kind.lower()}_{next(counter)}"
-        nodes.append(helper.make_node(kind, inputs, [out], **attrs))
-        return out
+    def weight(name: str) -> str:
+        """A linear layer's weight, transposed for MatMul (x @ W^T)."""
+        return const(f"{name}.wT", w[f"{name}.weight"].T.astype(np.float32))
 
-    def linear(x: str, prefix: str) -> str:
-        weight = const(f"{prefix}.wT", w[f"{prefix}.weight"].T.astype(np.float32))
-        return op("Add", [op("MatMul", [x, weight]), const(f"{prefix}.b", w[f"{prefix}.bias"])])
+    def op(kind: str, inputs: list[str], outputs: int = 1, fused: bool = False, **attrs: Any) -> list[str]:
+        outs = [f"{kind.lower()}_{next(counter)}" for _ in range(outputs)]
+        nodes.append(helper.make_node(kind, inputs, outs, domain=FUSED_DOMAIN if fused else "", **attrs))
+        return outs
 
-    def layer_norm(x: str, prefix: str) -> str:
-        return op("LayerNormalization", [x, const(f"{prefix}.g", w[f"{prefix}.weight"]),
-                                         const(f"{prefix}.beta", w[f"{prefix}.bias"])], axis=-1, epsilon=eps)
+    def skip_layer_norm(x: str, residual: str, dense: str, norm: str) -> str:
+        """LayerNorm(x + bias + residual): the dense layer's bias, the residual and the norm in one op."""
+        return op("SkipLayerNormalization", [x, residual, const(f"{norm}.g", w[f"{norm}.weight"]),
+                                             const(f"{norm}.beta", w[f"{norm}.bias"]),
+                                             const(f"{dense}.b", w[f"{dense}.bias"])], fused=True, epsilon=eps)[0]
 
-    # Embeddings: words + positions (0..T-1) + token type 0.
-    seq_len = op("Shape", ["input_ids"], start=1, end=2)  # [T]
-    positions = op("Slice", [const("pos_table", w["embeddings.position_embeddings.weight"]),
-                             const("zero1", np.array([0], np.int64)), seq_len, const("axis0", np.array([0], np.int64))])
-    words = op("Gather", [const("word_table", w["embeddings.word_embeddings.weight"]), "input_ids"], axis=0)
-    x = op("Add", [op("Add", [words, positions]),
-                   const("type0", w["embeddings.token_type_embeddings.weight"][0])])
-    x = layer_norm(x, "embeddings.LayerNorm")
-
-    # Padding mask: 0 where attended, a large negative number where padded, shaped [B, 1, 1, T].
-    one = const("onef", np.array(1.0, np.float32))
-    mask = op("Cast", ["attention_mask"], to=TensorProto.FLOAT)
-    mask = op("Unsqueeze", [mask, const("axes12", np.array([1, 2], np.int64))])
-    bias = op("Mul", [op("Sub", [one, mask]),
-                      const("neg", np.array(np.finfo(np.float32).min, np.float32))])
-    split_heads = const("split_heads", np.array([0, 0, heads, head_dim], np.int64))
-    merge_heads = const("merge_heads", np.array([0, 0, hidden], np.int64))
-    scale = const("scale", np.array(1.0 / math.sqrt(head_dim), np.float32))
-    half = const("half", np.array(0.5, np.float32))
-    rsqrt2 = const("rsqrt2", np.array(1.0 / math.sqrt(2.0), np.float32))
+    ids = op("Cast", ["input_ids"], to=TensorProto.INT32)[0]
+    mask = op("Cast", ["attention_mask"], to=TensorProto.INT32)[0]
+    # Token type is always 0: its row is folded into the position table.
+    positions = w["embeddings.position_embeddings.weight"] + w["embeddings.token_type_embeddings.weight"][0][None, :]
+    x, key_lengths = op("EmbedLayerNormalization", [
+        ids, "", const("word_table", w["embeddings.word_embeddings.weight"]),
+        const("pos_table", positions.astype(np.float32)), "",
+        const("embeddings.LayerNorm.g", w["embeddings.LayerNorm.weight"]),
+        const("embeddings.LayerNorm.beta", w["embeddings.LayerNorm.bias"]), mask], outputs=2, fused=True, epsilon=eps)
 
     for i in range(int(config["num_hidden_layers"])):
         p = f"encoder.layer.{i}"
-        q = op("Transpose", [op("Reshape", [linear(x, f"{p}.attention.self.query"), split_heads])], perm=[0, 2, 1, 3])
-        k = op("Transpose", [op("Reshape", [linear(x, f"{p}.attention.self.key"), split_heads])], perm=[0, 2, 3, 1])
-        v = op("Transpose", [op("Reshape", [linear(x, f"{p}.attention.self.value"), split_heads])], perm=[0, 2, 1, 3])
-        scores = op("Add", [op("Mul", [op("MatMul", [q, k]), scale]), bias])
-        context = op("MatMul", [op("Softmax", [scores], axis=-1), v])
-        context = op("Reshape", [op("Transpose", [context], perm=[0, 2, 1, 3]), merge_heads])
-        attended = op("Add", [linear(context, f"{p}.attention.output.dense"), x])
-        x = layer_norm(attended, f"{p}.attention.output.LayerNorm")
-        h = linear(x, f"{p}.intermediate.dense")
-        gelu = op("Add", [op("Erf", [op("Mul", [h, rsqrt2])]), one])  # erf GELU: x/2 * (1 + erf(x/sqrt2))
-        h = op("Mul", [op("Mul", [h, half]), gelu])
-        x = layer_norm(op("Add", [linear(h, f"{p}.output.dense"), x]), f"{p}.output.LayerNorm")
+        qkv = [f"{p}.attention.self.{n}" for n in ("query", "key", "value")]
+        qkv_w = np.concatenate([w[f"{n}.weight"].T for n in qkv], axis=1).astype(np.float32)
+        qkv_b = np.concatenate([w[f"{n}.bias"] for n in qkv]).astype(np.float32)
+        context = op("Attention", [x, const(f"{p}.qkv.wT", qkv_w), const(f"{p}.qkv.b", qkv_b), key_lengths],
+                     fused=True, num_heads=heads)[0]
+        attended = op("MatMul", [context, weight(f"{p}.attention.output.dense")])[0]
+        x = skip_layer_norm(attended, x, f"{p}.attention.output.dense", f"{p}.attention.output.LayerNorm")
+        h = op("MatMul", [x, weight(f"{p}.intermediate.dense")])[0]
+        h = op("BiasGelu", [h, const(f"{p}.intermediate.dense.b", w[f"{p}.intermediate.dense.bias"])], fused=True)[0]
+        out = op("MatMul", [h, weight(f"{p}.output.dense")])[0]
+        x = skip_layer_norm(out, x, f"{p}.output.dense", f"{p}.output.LayerNorm")
 
     nodes.append(helper.make_node("Identity", [x], ["token_embeddings"]))
     graph = helper.make_graph(
@@ -171,7 +167,19 @@ def _graph(model_dir: Path, overrides: Mapping[str, np.ndarray]) -> Any:
         [helper.make_tensor_value_info("token_embeddings", TensorProto.FLOAT, ["batch", "tokens", hidden])],
         inits,
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="dreamstream")
+    opsets = [helper.make_opsetid("", OPSET), helper.make_opsetid(FUSED_DOMAIN, 1)]
+    model = helper.make_model(graph, opset_imports=opsets, producer_name="dreamstream")
     model.ir_version = 8
     onnx.checker.check_model(model)
     return model
+
+
+def fused_ops(path: str | os.PathLike[str]) -> dict[str, int]:
+    """How many of each fused op a built graph holds (what `make bench` reports)."""
+    import onnx
+
+    counts: dict[str, int] = {}
+    for node in onnx.load(str(path), load_external_data=False).graph.node:
+        if node.domain == FUSED_DOMAIN:
+            counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return dict(sorted(counts.items()))

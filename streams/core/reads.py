@@ -202,7 +202,7 @@ def mark_reviews(store: MemoryStore, memories: Sequence[Memory], rows: list[dict
 def get(store: MemoryStore, user_id: str, mode: str = "default") -> list[dict[str, Any]]:
     """A user's memories, current ones first, each group oldest first; a row with an open review item
     says so (`review`)."""
-    memories = sorted(store.scroll(_where(user_id, mode)),
+    memories = sorted(store.scroll(_where(user_id, mode), with_features=False),
                       key=lambda m: (current_first(m), m.created_at, m.memory_id))
     rows = [row(m) for m in memories]
     replaced_by(store, [r for r in rows if r["label"] in ("history", "merged")])
@@ -223,7 +223,7 @@ def search(
     history after; each row keeps its raw `relevance` beside the ranked `score`."""
     vector = embed([text])[0]
     now = now_utc()
-    hits = store.nearest(vector, _where(user_id, mode), max(limit * 3, limit + 10))
+    hits = store.nearest(vector, _where(user_id, mode), max(limit * 3, limit + 10), with_features=False)
     best = sorted(((m, s, s * memory_rank_factor(m, now)) for m, s in hits), key=lambda x: -x[2])[:limit]
     ranked = sorted(best, key=lambda x: (current_first(x[0]), -x[2]))
     rows = []

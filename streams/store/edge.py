@@ -24,6 +24,7 @@ from dreamstream.streams import faults
 from dreamstream.streams.store.base import (
     INDEXED_FIELDS,
     MIN_FREE_BYTES,
+    UNSHOWN,
     VECTOR_SIZE,
     Where,
     conditions,
@@ -144,20 +145,24 @@ class EdgeStore:
         found = (to_memory(r.payload, r.vector if with_vectors else None) for r in records)
         return {m.memory_id: m for m in found}
 
-    def _query(self, vector: np.ndarray, where: Where, limit: int, with_vectors: bool) -> Any:
+    def _payload(self, with_features: bool) -> Any:
+        return True if with_features else self._qe.PayloadSelector.Exclude(UNSHOWN)
+
+    def _query(self, vector: np.ndarray, where: Where, limit: int, with_vectors: bool,
+               with_features: bool = True) -> Any:
         qe = self._qe
         return qe.QueryRequest(
             limit=limit,
             query=qe.Query.Nearest(np.asarray(vector, dtype=np.float32).tolist()),
             filter=self._filter(where),
-            with_payload=True,
+            with_payload=self._payload(with_features),
             with_vector=with_vectors,
         )
 
     def nearest(
-        self, vector: np.ndarray, where: Where, limit: int, with_vectors: bool = False
+        self, vector: np.ndarray, where: Where, limit: int, with_vectors: bool = False, with_features: bool = True
     ) -> list[tuple[Memory, float]]:
-        return scored(self.shard.query(self._query(vector, where, limit, with_vectors)), with_vectors)
+        return scored(self.shard.query(self._query(vector, where, limit, with_vectors, with_features)), with_vectors)
 
     def nearest_many(
         self, vectors: Sequence[np.ndarray], wheres: Sequence[Where], limit: int, with_vectors: bool = False
@@ -169,13 +174,14 @@ class EdgeStore:
         results = self.shard.query_batch(self._qe.QueryBatchRequest(requests))
         return [scored(hits, with_vectors) for hits in results]
 
-    def scroll(self, where: Where | None = None, with_vectors: bool = False) -> Iterator[Memory]:
+    def scroll(self, where: Where | None = None, with_vectors: bool = False,
+               with_features: bool = True) -> Iterator[Memory]:
         qe = self._qe
         offset = None
         while True:
             request = qe.ScrollRequest(
                 offset=offset, limit=512, filter=self._filter(where),
-                with_payload=True, with_vector=with_vectors,
+                with_payload=self._payload(with_features), with_vector=with_vectors,
             )
             records, offset = self.shard.scroll(request)
             for r in records:

@@ -13,6 +13,7 @@ from dreamstream.schemas.memory import Memory
 from dreamstream.streams.store.base import (
     COLLECTION,
     INDEXED_FIELDS,
+    UNSHOWN,
     VECTOR_SIZE,
     Where,
     conditions,
@@ -92,12 +93,16 @@ class ServerStore:
         found = (to_memory(r.payload, r.vector if with_vectors else None) for r in records)
         return {m.memory_id: m for m in found}
 
+    def _payload(self, with_features: bool) -> Any:
+        return True if with_features else self._m.PayloadSelectorExclude(exclude=UNSHOWN)
+
     def nearest(
-        self, vector: np.ndarray, where: Where, limit: int, with_vectors: bool = False
+        self, vector: np.ndarray, where: Where, limit: int, with_vectors: bool = False, with_features: bool = True
     ) -> list[tuple[Memory, float]]:
         response = self.client.query_points(
             self.collection, query=np.asarray(vector, dtype=np.float32).tolist(),
-            query_filter=self._filter(where), limit=limit, with_payload=True, with_vectors=with_vectors,
+            query_filter=self._filter(where), limit=limit, with_payload=self._payload(with_features),
+            with_vectors=with_vectors,
         )
         return scored(response.points, with_vectors)
 
@@ -113,12 +118,13 @@ class ServerStore:
         responses = self.client.query_batch_points(self.collection, requests=requests)
         return [scored(r.points, with_vectors) for r in responses]
 
-    def scroll(self, where: Where | None = None, with_vectors: bool = False) -> Iterator[Memory]:
+    def scroll(self, where: Where | None = None, with_vectors: bool = False,
+               with_features: bool = True) -> Iterator[Memory]:
         offset = None
         while True:
             records, offset = self.client.scroll(
                 self.collection, scroll_filter=self._filter(where), limit=512, offset=offset,
-                with_payload=True, with_vectors=with_vectors,
+                with_payload=self._payload(with_features), with_vectors=with_vectors,
             )
             for r in records:
                 yield to_memory(r.payload, r.vector if with_vectors else None)

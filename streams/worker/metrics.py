@@ -216,15 +216,16 @@ class TimedStore:
             return self.inner.retrieve(memory_ids, with_vectors)
 
     def nearest(
-        self, vector: np.ndarray, where: Where, limit: int, with_vectors: bool = False
+        self, vector: np.ndarray, where: Where, limit: int, with_vectors: bool = False, with_features: bool = True
     ) -> list[tuple[Memory, float]]:
         with self._timed("search"):
-            return self.inner.nearest(vector, where, limit, with_vectors)
+            return self.inner.nearest(vector, where, limit, with_vectors, with_features)
 
-    def scroll(self, where: Where | None = None, with_vectors: bool = False) -> Iterator[Memory]:
+    def scroll(self, where: Where | None = None, with_vectors: bool = False,
+               with_features: bool = True) -> Iterator[Memory]:
         """Timed until the iterator is exhausted (or dropped): the pages the caller pulled."""
         with self._timed("scroll"):
-            yield from self.inner.scroll(where, with_vectors)
+            yield from self.inner.scroll(where, with_vectors, with_features)
 
     def count(self, where: Where | None = None) -> int:
         with self._timed("count"):

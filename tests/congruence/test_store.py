@@ -47,6 +47,18 @@ def test_scroll_pages_through_everything(store) -> None:
     assert len(list(store.scroll({"user_id": "u1"}))) == 1200
 
 
+def test_reads_can_leave_the_word_features_out(store) -> None:
+    """A listing or search asks for what it shows: the judge's word features stay in the store."""
+    feats = {"words": ["lisbon"], "vectors": "AAAA"}
+    store.upsert([mem("a", "u1", "Lives in Lisbon.", 1, features=feats)])
+    assert next(iter(store.scroll({"user_id": "u1"}))).features == feats
+    light = next(iter(store.scroll({"user_id": "u1"}, with_features=False)))
+    assert light.features is None and light.text == "Lives in Lisbon."
+    [(hit, _)] = store.nearest(vec(1), {"user_id": "u1"}, 1, with_features=False)
+    assert hit.features is None and hit.memory_id == "a"
+    assert store.retrieve(["a"])["a"].features == feats
+
+
 def test_edge_store_survives_reopen(tmp_path) -> None:
     s = EdgeStore(tmp_path / "s")
     s.upsert([mem("a", "u1", "x", 1)])
