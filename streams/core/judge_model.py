@@ -103,20 +103,24 @@ def _softmax(z: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=-1, keepdims=True)
 
 
+CROSS_BUILDER = 1
+"""The graph the cross-encoder's thresholds were calibrated on: onnx_model's plain-op builder (1)."""
+
+
 def cross_graph(weights: Path) -> Path:
     """The cross-encoder's int8 graph: the packaged MiniLM with the fine-tuned layers in place, built
     once per weights file (cached beside the embedder's graphs, or in the temp folder)."""
     from safetensors.numpy import load_file
 
     digest = hashlib.sha256(weights.read_bytes()).hexdigest()[:16]
-    name = f"judge-cross-{digest}-b{onnx_model.BUILDER_VERSION}-int8.onnx"
+    name = f"judge-cross-{digest}-b{CROSS_BUILDER}-int8.onnx"
     layers = {k: v for k, v in load_file(str(weights)).items() if k.startswith("encoder.")}
     for folder in (onnx_model.model_cache_dir(), Path(tempfile.gettempdir()) / "dreamstream-models"):
         path = folder / name
         if path.exists():
             return path
         try:
-            onnx_model.build(Path(model_path()), path, quantized=True, overrides=layers)
+            onnx_model.build(Path(model_path()), path, quantized=True, overrides=layers, fused=False)
             return path
         except OSError:
             continue

@@ -66,13 +66,14 @@ def graph_path(model_dir: str | os.PathLike[str], quantized: bool = True) -> Pat
 
 
 def build(model_dir: Path, out: Path, quantized: bool = True,
-          overrides: Mapping[str, np.ndarray] | None = None) -> None:
+          overrides: Mapping[str, np.ndarray] | None = None, fused: bool = True) -> None:
     """Writes the encoder graph (optionally int8-quantized) to `out`, atomically; `overrides` replace
-    weights by name (the learned judge's fine-tuned layers over the packaged model)."""
+    weights by name (the learned judge's fine-tuned layers over the packaged model); `fused=False`
+    writes the plain-op graph (`_plain_graph`)."""
     import onnx
 
     out.parent.mkdir(parents=True, exist_ok=True)
-    model = _graph(model_dir, overrides or {})
+    model = (_graph if fused else _plain_graph)(model_dir, overrides or {})
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         fp32 = Path(tmp) / "fp32.onnx"
         onnx.save_model(model, str(fp32))
@@ -86,11 +87,24 @@ def build(model_dir: Path, out: Path, quantized: bool = True,
             quiet.setLevel(logging.ERROR)
             try:  # per-channel int8 on the weights (MatMul, Attention: QAttention); per tensor loses more
                 quantize_dynamic(str(fp32), str(final), per_channel=True, weight_type=QuantType.QInt8,
-                                 op_types_to_quantize=["MatMul", "Attention"],
+                                 op_types_to_quantize=["MatMul", "Attention"] if fused else ["MatMul"],
                                  extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
             finally:
                 quiet.setLevel(level)
         os.replace(final, out)
+
+
+def _weights(model_dir: Path, overrides: Mapping[str, np.ndarray]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The model's config and weights (names without `bert.`), with `overrides` in place."""
+    from safetensors.numpy import load_file
+
+    config = json.loads((model_dir / "config.json").read_text())
+    w = {k.removeprefix("bert."): v for k, v in load_file(str(model_dir / "model.safetensors")).items()}
+    unknown = set(overrides) - set(w)
+    if unknown:
+        raise ValueError(f"no such weights in {model_dir}: {sorted(unknown)[:3]}")
+    w.update({k: np.asarray(v, np.float32) for k, v in overrides.items()})
+    return config, w
 
 
 def _graph(model_dir: Path, overrides: Mapping[str, np.ndarray]) -> Any:
@@ -102,14 +116,8 @@ def _graph(model_dir: Path, overrides: Mapping[str, np.ndarray]) -> Any:
     the graph names the fused ops itself. Padding must be on the right (the tokenizer's)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
-    from safetensors.numpy import load_file
 
-    config = json.loads((model_dir / "config.json").read_text())
-    w = {k.removeprefix("bert."): v for k, v in load_file(str(model_dir / "model.safetensors")).items()}
-    unknown = set(overrides) - set(w)
-    if unknown:
-        raise ValueError(f"no such weights in {model_dir}: {sorted(unknown)[:3]}")
-    w.update({k: np.asarray(v, np.float32) for k, v in overrides.items()})
+    config, w = _weights(model_dir, overrides)
     hidden, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
     eps = float(config.get("layer_norm_eps", 1e-12))
     nodes: list[Any] = []
@@ -169,6 +177,87 @@ def _graph(model_dir: Path, overrides: Mapping[str, np.ndarray]) -> Any:
     )
     opsets = [helper.make_opsetid("", OPSET), helper.make_opsetid(FUSED_DOMAIN, 1)]
     model = helper.make_model(graph, opset_imports=opsets, producer_name="dreamstream")
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def _plain_graph(model_dir: Path, overrides: Mapping[str, np.ndarray]) -> Any:
+    """The same encoder in plain ONNX ops (builder 1): the learned judge's cross-encoder keeps it, as its
+    thresholds were calibrated on this graph's int8 outputs (`make train-judge` would move it)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    config, w = _weights(model_dir, overrides)
+    hidden, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
+    head_dim = hidden // heads
+    eps = float(config.get("layer_norm_eps", 1e-12))
+    nodes: list[Any] = []
+    inits: list[Any] = []
+    counter = iter(range(1_000_000))
+
+    def const(name: str, value: np.ndarray) -> str:
+        inits.append(numpy_helper.from_array(np.ascontiguousarray(value), name))
+        return name
+
+    def op(kind: str, inputs: list[str], **attrs: Any) -> str:
+        out = f"{kind.lower()}_{next(counter)}"
+        nodes.append(helper.make_node(kind, inputs, [out], **attrs))
+        return out
+
+    def linear(x: str, prefix: str) -> str:
+        weight = const(f"{prefix}.wT", w[f"{prefix}.weight"].T.astype(np.float32))
+        return op("Add", [op("MatMul", [x, weight]), const(f"{prefix}.b", w[f"{prefix}.bias"])])
+
+    def layer_norm(x: str, prefix: str) -> str:
+        return op("LayerNormalization", [x, const(f"{prefix}.g", w[f"{prefix}.weight"]),
+                                         const(f"{prefix}.beta", w[f"{prefix}.bias"])], axis=-1, epsilon=eps)
+
+    # Embeddings: words + positions (0..T-1) + token type 0.
+    seq_len = op("Shape", ["input_ids"], start=1, end=2)  # [T]
+    positions = op("Slice", [const("pos_table", w["embeddings.position_embeddings.weight"]),
+                             const("zero1", np.array([0], np.int64)), seq_len, const("axis0", np.array([0], np.int64))])
+    words = op("Gather", [const("word_table", w["embeddings.word_embeddings.weight"]), "input_ids"], axis=0)
+    x = op("Add", [op("Add", [words, positions]),
+                   const("type0", w["embeddings.token_type_embeddings.weight"][0])])
+    x = layer_norm(x, "embeddings.LayerNorm")
+
+    # Padding mask: 0 where attended, a large negative number where padded, shaped [B, 1, 1, T].
+    one = const("onef", np.array(1.0, np.float32))
+    mask = op("Cast", ["attention_mask"], to=TensorProto.FLOAT)
+    mask = op("Unsqueeze", [mask, const("axes12", np.array([1, 2], np.int64))])
+    bias = op("Mul", [op("Sub", [one, mask]),
+                      const("neg", np.array(np.finfo(np.float32).min, np.float32))])
+    split_heads = const("split_heads", np.array([0, 0, heads, head_dim], np.int64))
+    merge_heads = const("merge_heads", np.array([0, 0, hidden], np.int64))
+    scale = const("scale", np.array(1.0 / np.sqrt(head_dim), np.float32))
+    half = const("half", np.array(0.5, np.float32))
+    rsqrt2 = const("rsqrt2", np.array(1.0 / np.sqrt(2.0), np.float32))
+
+    for i in range(int(config["num_hidden_layers"])):
+        p = f"encoder.layer.{i}"
+        q = op("Transpose", [op("Reshape", [linear(x, f"{p}.attention.self.query"), split_heads])], perm=[0, 2, 1, 3])
+        k = op("Transpose", [op("Reshape", [linear(x, f"{p}.attention.self.key"), split_heads])], perm=[0, 2, 3, 1])
+        v = op("Transpose", [op("Reshape", [linear(x, f"{p}.attention.self.value"), split_heads])], perm=[0, 2, 1, 3])
+        scores = op("Add", [op("Mul", [op("MatMul", [q, k]), scale]), bias])
+        context = op("MatMul", [op("Softmax", [scores], axis=-1), v])
+        context = op("Reshape", [op("Transpose", [context], perm=[0, 2, 1, 3]), merge_heads])
+        attended = op("Add", [linear(context, f"{p}.attention.output.dense"), x])
+        x = layer_norm(attended, f"{p}.attention.output.LayerNorm")
+        h = linear(x, f"{p}.intermediate.dense")
+        gelu = op("Add", [op("Erf", [op("Mul", [h, rsqrt2])]), one])  # erf GELU: x/2 * (1 + erf(x/sqrt2))
+        h = op("Mul", [op("Mul", [h, half]), gelu])
+        x = layer_norm(op("Add", [linear(h, f"{p}.output.dense"), x]), f"{p}.output.LayerNorm")
+
+    nodes.append(helper.make_node("Identity", [x], ["token_embeddings"]))
+    graph = helper.make_graph(
+        nodes, "minilm",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "tokens"]),
+         helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "tokens"])],
+        [helper.make_tensor_value_info("token_embeddings", TensorProto.FLOAT, ["batch", "tokens", hidden])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="dreamstream")
     model.ir_version = 8
     onnx.checker.check_model(model)
     return model
