@@ -21,9 +21,13 @@ VECTOR_SIZE = EMBEDDING_DIM
 COLLECTION = "dream_memories"
 NAMESPACE = uuid.UUID("5b0f3c62-7d7e-4f0e-9a55-0d1f6a1e9c11")
 INDEXED_FIELDS = (
-    "memory_id", "user_id", "status", "kind", "text_key", "event_id",
+    "user_id", "status", "kind", "text_key", "event_id",
     "decision_ids", "project_id", "app_id", "agent_id", "run_id", "outbox_state",
 )
+"""Keyword indexes, each for a filter the code runs: scope (user, status, kind, app, agent, run,
+project), exact duplicates (`text_key`), redelivery (`event_id`, once per batch), undo and passes
+(`decision_ids`), unsent events (`outbox_state`). `memory_id` has none: a memory is read by its point
+id, never filtered by it, and an index as unique as the ids cost every add for nothing."""
 
 Where = Mapping[str, Any]
 """A conjunction of field conditions: a value matches exactly, a list or tuple matches any of it."""
