@@ -168,12 +168,7 @@ async def ingest(stream: faust.StreamT) -> None:
             result = await on_store_thread(proc.process, items)
         except Exception as exc:
             failures += 1
-            store_fault(exc, failures, len(items))
-            metrics.input_record("store_failed", len(items))
-            for tp, offset in batch.first.items():
-                ledger.rewind(tp, offset, time.monotonic())
-                await app.consumer.seek(tp, offset)
-            await asyncio.sleep(min(30.0, 0.5 * 2 ** min(failures, 6)))
+            await read_again(exc, failures, batch, ledger)
             continue
         if failures:
             store_recovered(failures)
@@ -183,7 +178,12 @@ async def ingest(stream: faust.StreamT) -> None:
         await app.producer.flush()
         faults.point("published")
         if result.outbox_owners:
-            await on_store_thread(proc.mark_sent, result.outbox_owners)
+            try:
+                await on_store_thread(proc.mark_sent, result.outbox_owners)
+            except Exception as exc:  # published, not marked: read again, the redelivery sends them again
+                failures += 1
+                await read_again(exc, failures, batch, ledger)
+                continue
         faults.point("marked")
         await commit(batch.upto)
         health.recovered("ingest")
@@ -220,6 +220,18 @@ async def send_unsent(proc: Processor) -> None:
         await app.producer.flush()
         await on_store_thread(proc.mark_sent, unsent.outbox_owners)
         log.info("sent %d status events a crash had left unpublished", len(unsent.status_events))
+
+
+async def read_again(exc: BaseException, failures: int, batch: Any, ledger: InputOffsets[Any]) -> None:
+    """A batch the store failed (a write, or marking its events sent): nothing is committed past it;
+    its partitions are sought back to it and read again after a backoff (a store fault, not a crash:
+    stored memories are found again as redeliveries, unsent events sent again, deduplicable)."""
+    store_fault(exc, failures, len(batch.items))
+    metrics.input_record("store_failed", len(batch.items))
+    for tp, offset in batch.first.items():
+        ledger.rewind(tp, offset, time.monotonic())
+        await app.consumer.seek(tp, offset)
+    await asyncio.sleep(min(30.0, 0.5 * 2 ** min(failures, 6)))
 
 
 def store_fault(exc: BaseException, failures: int, items: int) -> None:

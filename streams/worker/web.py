@@ -47,18 +47,18 @@ async def healthz(web: Any, request: Any) -> Any:
     stalled = stalled_partitions()
     if stalled:
         return aioweb.json_response({"status": "stalled", "partitions": stalled}, status=503)
-    failing = health.failing()
-    if failing:
-        return aioweb.json_response({"status": "degraded", "ready": "processor" in _runtime, "failing": failing},
-                                    status=503 if health.failing_for("ingest") > settings.stall_seconds else 200)
     fault = store_fault()
     if fault:
         cause, since = fault
         held = held_inputs()
         body = {"status": "store_fault", "ready": False, "cause": cause, "for_seconds": round(time.monotonic() - since),
-                "holding": held}
+                "holding": held, **({"failing": health.failing()} if health.failing() else {})}
         return aioweb.json_response(body, status=503 if held and time.monotonic() - since > settings.stall_seconds
                                     else 200)
+    failing = health.failing()
+    if failing:
+        return aioweb.json_response({"status": "degraded", "ready": "processor" in _runtime, "failing": failing},
+                                    status=503 if health.failing_for("ingest") > settings.stall_seconds else 200)
     return aioweb.json_response({"status": "ok", "ready": "processor" in _runtime})
 
 
