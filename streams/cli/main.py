@@ -195,8 +195,7 @@ async def undo(decision_id: str, store_dir: str | None, api_url: str | None) -> 
     url = worker_url(store_dir, api_url)
     if url is not None:
         with api_errors(), api_client(url) as api:
-            for ev in api.undo(decision_id):
-                click.echo(f"{ev['memory_id']}: {ev['from_status']} -> {ev['to_status']} (undo of {decision_id})")
+            print_undone(decision_id, api.undo(decision_id))
         return
     store = open_configured_store(store_dir)
     try:
@@ -205,14 +204,22 @@ async def undo(decision_id: str, store_dir: str | None, api_url: str | None) -> 
             events = undo_decision(store, decision_id).events
         except (KeyError, ValueError) as exc:
             raise click.ClickException(str(exc.args[0])) from exc
-        for ev in events:
-            click.echo(f"{ev['memory_id']}: {ev['from_status']} -> {ev['to_status']} (undo of {decision_id})")
+        print_undone(decision_id, events)
         note = await publish_events(events, store_dir)
         if note:
             click.echo(note, err=True)
         changes.sent(store, events)
     finally:
         store.close()
+
+
+def print_undone(decision_id: str, events: list[dict[str, Any]]) -> None:
+    """One line per memory the undo changed; a decision that changed no status (a review item, an
+    update a user made) still says what became of it."""
+    for ev in events:
+        click.echo(f"{ev['memory_id']}: {ev['from_status']} -> {ev['to_status']} (undo of {decision_id})")
+    if not events:
+        click.echo(f"{decision_id}: undone (it changed no memory's status: a review item, now dismissed)")
 
 
 for command in (consolidate, schedule, stats, provenance, control, synthesis, synthesize, mcp):

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from dreamstream.streams.core import reads
 from dreamstream.streams.core.ingest import Incoming, Processor
 from tests.unit.test_crash_consistency import GOOD
@@ -102,3 +104,13 @@ def test_messages_that_used_to_lie_or_sprawl(tmp_path: Path) -> None:
         assert "'yesterday'" in exc.message
     else:
         raise AssertionError("yesterday was taken for a date")
+
+
+def test_an_undo_that_changed_no_status_still_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    from dreamstream.streams.cli.main import print_undone
+
+    print_undone("d-1", [])
+    print_undone("d-2", [{"memory_id": "m-1", "from_status": "superseded", "to_status": "active"}])
+    assert capsys.readouterr().out.splitlines() == [
+        "d-1: undone (it changed no memory's status: a review item, now dismissed)",
+        "m-1: superseded -> active (undo of d-2)"]
