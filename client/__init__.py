@@ -69,17 +69,20 @@ class Accepted:
 
     @property
     def decided(self) -> str:
-        """What became of it, in a few words: stored, superseded X, merged into X, review with X."""
+        """What became of it, in a few words: "stored", "supersedes m-1", "merged into m-1", "merged m-1
+        into it", "review with m-1" (several joined with "; ")."""
         if self.memory is None:
             return "accepted"
         parts = []
         for d in self.decisions:
-            others = [t for t in (d.get("targets") or []) if t != self.memory_id]
+            others = ", ".join(t for t in (d.get("targets") or []) if t != self.memory_id)
             action = str(d.get("action"))
             if action in ("merge_old", "merge_new") and self.memory.merged_into:
                 parts.append(f"merged into {self.memory.merged_into}")
             elif others:
-                parts.append(f"{action} {', '.join(others)}")
+                phrase = {"supersede": "supersedes {}", "update": "supersedes {}", "merge_old": "merged {} into it",
+                          "merge_new": "merged {} into it", "review": "review with {}", "conflict": "conflicts with {}"}
+                parts.append(phrase.get(action, action + " {}").format(others))
             else:
                 parts.append(action)
         if self.memory.review:

@@ -288,7 +288,7 @@ def test_consolidation_item_by_item_over_http_the_client_and_the_cli(worker: Wor
         first = api.add("ivo", "Ivo lives in Ghent.", created_at="2026-01-04T10:00:00Z", wait=True)
         assert first.decided == "stored" and first.memory and first.memory.label == "current"
         moved = api.add("ivo", "Ivo moved to Leuven last month.", created_at="2026-03-01T10:00:00Z", wait=True)
-        assert moved.decided == f"supersede {first.memory_id}", moved.decisions
+        assert moved.decided == f"supersedes {first.memory_id}", moved.decisions
         gone_for_good = api.delete(moved.memory_id, "ivo", hard=True)  # the links go too: Ghent is current again
         assert gone_for_good["hard"] and len(gone_for_good["status_events"]) == 2
         assert [(m.memory_id, m.label) for m in api.list("ivo").memories] == [(first.memory_id, "current")]
