@@ -67,7 +67,15 @@ class TokenFeatures:
         """Whether any of these words has stem `s` by `tf.same_stem`, from an index (no pairwise loop):
         the same stem, or one a prefix of the other at most 3 letters shorter, the shorter 5+ long."""
         stems, prefixes = self._stem_index
-        return s in stems or s in prefixes or any(len(s) - d >= 5 and s[: len(s) - d] in stems for d in (1, 2, 3))
+        if s in stems or s in prefixes:
+            return True
+        n = len(s)  # s shortened by 1, 2 or 3 letters, still 5+ long (no generator: called per word pair)
+        return (n >= 6 and s[: n - 1] in stems) or (n >= 7 and s[: n - 2] in stems) or (n >= 8 and s[: n - 3] in stems)
+
+    @cached_property
+    def required(self) -> tuple[bool, ...]:
+        """Per word, whether `coverage` needs a counterpart for it (not light, not a polarity word)."""
+        return tuple(not (w in LIGHT or tf.is_polarity_word(w)) for w in self.words)
 
     def to_payload(self) -> dict[str, Any]:
         """Compact payload form: float16 vectors, base64 (about 1 KB a word)."""
@@ -146,17 +154,17 @@ class Coverage:
 
 def coverage(other: TokenFeatures, kept: TokenFeatures, threshold: float = WORD_MATCH) -> Coverage:
     """Does `kept` say everything `other` says? Each of `other`'s content words needs a counterpart."""
-    sims = other.vecs @ kept.vecs.T if len(other.words) and len(kept.words) else None
+    best_of = (other.vecs @ kept.vecs.T).max(axis=1) if len(other.words) and len(kept.words) else None
     missing: list[str] = []
     weakest = 1.0
     required = 0
-    for i, (w, s, name) in enumerate(zip(other.words, other.stems, other.names, strict=True)):
-        if w in LIGHT or tf.is_polarity_word(w):
+    for i, (w, s, name, needed) in enumerate(zip(other.words, other.stems, other.names, other.required, strict=True)):
+        if not needed:
             continue  # polarity is compared as a whole ("hates" / "can't stand"), not word by word
         required += 1
         if kept.stem_match(s):
             continue
-        best = float(sims[i].max()) if sims is not None else 0.0
+        best = float(best_of[i]) if best_of is not None else 0.0
         if name:  # names and literals only match themselves
             missing.append(w)
             weakest = min(weakest, 0.0)
