@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 
@@ -103,16 +105,43 @@ def _unmatched(fn: al.TokenFeatures | None, fo: al.TokenFeatures | None) -> tupl
     return float(len(un_n)), float(len(un_o)), sub
 
 
+class _Facts(NamedTuple):
+    """What the features read from one text alone."""
+
+    words: tuple[str, ...]
+    names: frozenset[str]
+    numbers: frozenset[str]
+    third_parties: frozenset[str]
+    negation: bool
+    additive: bool
+    ending: bool
+    plan: bool
+    done: bool
+    future: bool
+    past: bool
+    reported: bool
+
+
+@lru_cache(maxsize=8192)
+def _facts(text: str) -> _Facts:
+    """Read once per text: a new memory meets a dozen candidates, and a stored one many new memories."""
+    return _Facts(tf.words(text), tf._names(text), tf.numbers(text), tf.third_parties(text), tf.has_negation(text),
+                  tf.has_additive_cue(text), bool(uc.endings(text)), uc.plan(text) is not None,
+                  bool(uc.reports_done(text)), bool(uc.future(text)), bool(uc.about_the_past(text)),
+                  bool(uc.reported(text)))
+
+
 def scalars(new: Memory, old: Memory, fn: al.TokenFeatures | None, fo: al.TokenFeatures | None,
             rule: str, why: str, cover: Cover = al.coverage) -> list[float]:
     """The evidence, in `SCALAR_NAMES` order; `rule` / `why` are the rule judge's relation and rule name."""
     cos = float(np.dot(_vec(new), _vec(old)))
     nt, ot = new.text, old.text
-    exact = float(" ".join(tf.words(nt)) == " ".join(tf.words(ot)))
-    wn, wo = len(tf.words(nt)), len(tf.words(ot))
-    names_n, names_o = tf._names(nt), tf._names(ot)
-    nums_n, nums_o = tf.numbers(nt), tf.numbers(ot)
-    tp_n, tp_o = tf.third_parties(nt), tf.third_parties(ot)
+    n, o = _facts(nt), _facts(ot)
+    exact = float(" ".join(n.words) == " ".join(o.words))
+    wn, wo = len(n.words), len(o.words)
+    names_n, names_o = n.names, o.names
+    nums_n, nums_o = n.numbers, o.numbers
+    tp_n, tp_o = n.third_parties, o.third_parties
     days = _days_apart(new, old)
     session = one_session(new, old)
     un_n, un_o, sub = _unmatched(fn, fo)
@@ -125,11 +154,11 @@ def scalars(new: Memory, old: Memory, fn: al.TokenFeatures | None, fo: al.TokenF
         math.log1p(wn), math.log1p(wo), (wn + 1) / (wo + 1),
         float(len(names_n - names_o)), float(len(names_o - names_n)),
         float(len(nums_n - nums_o)), float(len(nums_o - nums_n)),
-        float(tf.has_negation(nt)), float(tf.has_negation(ot)),
-        change, float(tf.has_change_cue(ot, nt)), float(tf.has_additive_cue(nt)),
-        float(bool(uc.endings(nt))), float(uc.plan(nt) is not None), float(uc.plan(ot) is not None),
-        float(uc.reports_done(nt)), float(uc.reports_done(ot)), float(uc.future(nt)), float(uc.about_the_past(nt)),
-        float(uc.reported(nt)),
+        float(n.negation), float(o.negation),
+        change, float(tf.has_change_cue(ot, nt)), float(n.additive),
+        float(n.ending), float(n.plan), float(o.plan),
+        float(n.done), float(o.done), float(n.future), float(n.past),
+        float(n.reported),
         float(bool(tp_n)), float(bool(tp_o)), float(tp_n != tp_o),
         float(session), math.log1p(abs(days)) if days is not None else 0.0,
         float(days is None or days >= 0), change * float(not session), cos * float(not session),
