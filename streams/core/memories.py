@@ -133,8 +133,11 @@ def hard_delete_memory(store: MemoryStore, memory_id: str, user: str) -> list[di
     change = changes.Change(change_id=did, holder=min(others) if others else "", deletes=[memory_id])
     for mid, m in sorted(others.items()):
         fields: dict[str, Any] = {"updated_at": stamp}
-        if memory_id in (m.superseded_by, m.merged_into):
-            fields.update(superseded_by=None, merged_into=None, status="active")
+        for f in ("superseded_by", "merged_into"):
+            if getattr(m, f) == memory_id:
+                fields[f] = None
+        if fields.keys() & {"superseded_by", "merged_into"} and m.status in ("superseded", "merged"):
+            fields["status"] = "active"  # what replaced it is gone (a deleted or expired one stays so)
             events.append(status_event(did, mid, user, m.status, "active", None, "delete", evidence))
         for f in ("supersedes", "merged_from", "sources"):
             if memory_id in getattr(m, f):

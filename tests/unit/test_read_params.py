@@ -61,7 +61,8 @@ def test_a_hard_delete_removes_the_memory_and_every_link_to_it(edge_store: Any, 
     edge_store.upsert([mem("old", 0, status="superseded", superseded_by="new"),
                        mem("new", 1, supersedes=["old"]),
                        mem("pat", 2, kind="pattern", sources=["new", "old"]),
-                       mem("foreign", 3, user="u2", status="superseded", superseded_by="new")])
+                       mem("foreign", 3, user="u2", status="superseded", superseded_by="new"),
+                       mem("gone", 3, status="deleted", superseded_by="new")])
     assert memories.hard_delete_memory(edge_store, "new", "u2") is None  # not u2's
     events = memories.hard_delete_memory(edge_store, "new", "u1")
     assert events is not None
@@ -72,3 +73,5 @@ def test_a_hard_delete_removes_the_memory_and_every_link_to_it(edge_store: Any, 
     assert (got["old"].status, got["old"].superseded_by) == ("active", None)
     assert got["pat"].sources == ["old"]
     assert (got["foreign"].status, got["foreign"].superseded_by) == ("superseded", "new")
+    gone = edge_store.retrieve(["gone"])["gone"]
+    assert (gone.status, gone.superseded_by) == ("deleted", None)  # unlinked, not brought back
