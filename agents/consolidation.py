@@ -397,7 +397,7 @@ def render_report(plan: Plan) -> str:
                 f"MERGE [mem:{m.a.memory_id}] + [mem:{m.b.memory_id}] → NEW",
                 f'  - Original 1: "{truncate(m.a.text)}"',
                 f'  - Original 2: "{truncate(m.b.text)}"',
-                f'  - Merged:     "{m.merged_text}"',
+                f'  - Merged:     "{" ".join(m.merged_text.split())}"',  # one line: the answers follow lines
                 "",
             ]
     if plan.conflicts:
