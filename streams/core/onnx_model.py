@@ -114,7 +114,6 @@ def _graph(model_dir: Path, overrides: Mapping[str, np.ndarray]) -> Any:
     lengths), one Attention per layer (Q, K and V in one weight), SkipLayerNormalization (residual, bias
     and LayerNorm) and BiasGelu. Its optimizer does not recognise a hand-built graph's subgraphs, so
     the graph names the fused ops itself. Padding must be on the right (the tokenizer's)."""
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     config, w = _weights(model_dir, overrides)
@@ -167,25 +166,12 @@ def _graph(model_dir: Path, overrides: Mapping[str, np.ndarray]) -> Any:
         out = op("MatMul", [h, weight(f"{p}.output.dense")])[0]
         x = skip_layer_norm(out, x, f"{p}.output.dense", f"{p}.output.LayerNorm")
 
-    nodes.append(helper.make_node("Identity", [x], ["token_embeddings"]))
-    graph = helper.make_graph(
-        nodes, "minilm",
-        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "tokens"]),
-         helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "tokens"])],
-        [helper.make_tensor_value_info("token_embeddings", TensorProto.FLOAT, ["batch", "tokens", hidden])],
-        inits,
-    )
-    opsets = [helper.make_opsetid("", OPSET), helper.make_opsetid(FUSED_DOMAIN, 1)]
-    model = helper.make_model(graph, opset_imports=opsets, producer_name="dreamstream")
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
+    return _model(nodes, inits, x, hidden, fused=True)
 
 
 def _plain_graph(model_dir: Path, overrides: Mapping[str, np.ndarray]) -> Any:
     """The same encoder in plain ONNX ops (builder 1): the learned judge's cross-encoder keeps it, as its
     thresholds were calibrated on this graph's int8 outputs (`make train-judge` would move it)."""
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     config, w = _weights(model_dir, overrides)
@@ -249,7 +235,15 @@ def _plain_graph(model_dir: Path, overrides: Mapping[str, np.ndarray]) -> Any:
         h = op("Mul", [op("Mul", [h, half]), gelu])
         x = layer_norm(op("Add", [linear(h, f"{p}.output.dense"), x]), f"{p}.output.LayerNorm")
 
-    nodes.append(helper.make_node("Identity", [x], ["token_embeddings"]))
+    return _model(nodes, inits, x, hidden, fused=False)
+
+
+def _model(nodes: list[Any], inits: list[Any], last: str, hidden: int, fused: bool) -> Any:
+    """The encoder's nodes as a checked model: ids and mask in, the last hidden state out."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    nodes.append(helper.make_node("Identity", [last], ["token_embeddings"]))
     graph = helper.make_graph(
         nodes, "minilm",
         [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "tokens"]),
@@ -257,7 +251,8 @@ def _plain_graph(model_dir: Path, overrides: Mapping[str, np.ndarray]) -> Any:
         [helper.make_tensor_value_info("token_embeddings", TensorProto.FLOAT, ["batch", "tokens", hidden])],
         inits,
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="dreamstream")
+    opsets = [helper.make_opsetid("", OPSET)] + ([helper.make_opsetid(FUSED_DOMAIN, 1)] if fused else [])
+    model = helper.make_model(graph, opset_imports=opsets, producer_name="dreamstream")
     model.ir_version = 8
     onnx.checker.check_model(model)
     return model
