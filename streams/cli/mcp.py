@@ -37,14 +37,15 @@ def build(url: str, token: str | None) -> Any:
             out["review"] = m.review  # a pair waiting for a person: say so rather than show two facts
         return out
 
-    async def call(fn: Any) -> Any:
+    async def call(fn: Any) -> dict[str, Any]:
         """One API call; a refusal, a worker that is down or slow is a tool error (`is_error`) with the
         client's one-line reason, never a success and never a traceback."""
         async with AsyncClient(url, token) as api:
             try:
-                return await fn(api)
+                result: dict[str, Any] = await fn(api)
             except DreamError as exc:
                 raise ToolError(str(exc)) from None
+        return result
 
     @server.tool()
     async def add_memory(user_id: str, text: str, app_id: str | None = None, run_id: str | None = None,
@@ -58,8 +59,7 @@ def build(url: str, token: str | None) -> Any:
         async def go(api: Any) -> dict[str, Any]:
             added = await api.add(user_id, text, **{k: v for k, v in fields.items() if v is not None})
             return {"memory_id": added.memory_id, "event_id": added.event_id, "status": "accepted"}
-        result: dict[str, Any] = await call(go)
-        return result
+        return await call(go)
 
     @server.tool()
     async def search_memories(user_id: str, query: str, limit: int = 10,
@@ -68,8 +68,7 @@ def build(url: str, token: str | None) -> Any:
         async def go(api: Any) -> dict[str, Any]:
             page = await api.search(user_id, query, limit=limit, latest_only=latest_only)
             return {"memories": [row(m) for m in page.memories]}
-        result: dict[str, Any] = await call(go)
-        return result
+        return await call(go)
 
     @server.tool()
     async def list_memories(user_id: str, latest_only: bool = False, limit: int = 100) -> dict[str, Any]:
@@ -77,8 +76,7 @@ def build(url: str, token: str | None) -> Any:
         async def go(api: Any) -> dict[str, Any]:
             page = await api.list(user_id, latest_only=latest_only, limit=limit)
             return {"memories": [row(m) for m in page.memories], "next_cursor": page.next_cursor}
-        result: dict[str, Any] = await call(go)
-        return result
+        return await call(go)
 
     @server.tool()
     async def update_memory(user_id: str, memory_id: str, text: str) -> dict[str, Any]:
@@ -86,8 +84,7 @@ def build(url: str, token: str | None) -> Any:
         async def go(api: Any) -> dict[str, Any]:
             accepted = await api.update(memory_id, user_id, text=text)
             return {"status": "accepted", "memory_id": accepted.memory_id, "replaces": memory_id}
-        result: dict[str, Any] = await call(go)
-        return result
+        return await call(go)
 
     @server.tool()
     async def delete_memory(user_id: str, memory_id: str) -> dict[str, Any]:
@@ -95,8 +92,7 @@ def build(url: str, token: str | None) -> Any:
         async def go(api: Any) -> dict[str, Any]:
             out = await api.delete(memory_id, user_id)
             return {"memory_id": out["memory_id"], "status": out["status"], "decision_id": out["decision_id"]}
-        result: dict[str, Any] = await call(go)
-        return result
+        return await call(go)
 
     @server.tool()
     async def get_memory(user_id: str, memory_id: str) -> dict[str, Any]:
@@ -104,15 +100,13 @@ def build(url: str, token: str | None) -> Any:
         async def go(api: Any) -> dict[str, Any]:
             m = await api.get(memory_id, user_id)
             return {**row(m), "status": m.status, "user_id": m.user_id}
-        result: dict[str, Any] = await call(go)
-        return result
+        return await call(go)
 
     @server.tool()
     async def memory_history(user_id: str, memory_id: str) -> dict[str, Any]:
         """How one of the user's memories came to be as it is: what it merged or superseded, what replaced
         it, and every decision with its evidence (each can be undone by its decision id)."""
-        result: dict[str, Any] = await call(lambda api: api.history(memory_id, user_id))
-        return result
+        return await call(lambda api: api.history(memory_id, user_id))
 
     return server
 

@@ -73,6 +73,14 @@ def refused(request: Any) -> Any | None:
     return None
 
 
+async def _read_json(request: Request) -> Any:
+    """The request's JSON body; ValueError `invalid_json: ...` (a 400) when it does not parse."""
+    try:
+        return orjson.loads(await request.read())
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"invalid_json: {exc}") from None
+
+
 Handler = Callable[..., Awaitable[Any]]
 
 
@@ -113,11 +121,7 @@ class MemoriesView(View):
     @api_call
     async def post(self, request: Request) -> Response:
         """Add a memory (or a JSON list of them): `user_id` and `text` required; 202 with the ids."""
-        try:
-            body = orjson.loads(await request.read())
-        except orjson.JSONDecodeError as exc:
-            return _error(400, f"invalid_json: {exc}")  # type: ignore[no-any-return]
-        events = memories.new_events(body)  # InvalidEvent: a 400 with its reason
+        events = memories.new_events(await _read_json(request))  # InvalidEvent: a 400 with its reason
         for event in events:
             await memory_added_topic.send(key=event["user_id"].encode(), value=orjson.dumps(event))
         await app.producer.flush()
@@ -142,10 +146,7 @@ class MemoryView(View):
         """An update (?user=U required; body {"text"?, "metadata"?}): a new version through Kafka that
         supersedes this one (kept as history, undoable); 202 with the new version's ids."""
         user = reads.user_param(request.query)
-        try:
-            body = orjson.loads(await request.read())
-        except orjson.JSONDecodeError as exc:
-            return _error(400, f"invalid_json: {exc}")  # type: ignore[no-any-return]
+        body = await _read_json(request)
         event = await on_store_thread(memories.update_event, (await processor()).store, memory_id, user, body)
         if event is None:
             return _error(404, f"no memory {memory_id}")  # type: ignore[no-any-return]
@@ -229,11 +230,7 @@ class UndoView(View):
 
 async def _body(request: Request) -> dict[str, Any]:
     """A JSON object body ({} when empty); ValueError (a 400) otherwise."""
-    raw = await request.read()
-    try:
-        body = orjson.loads(raw) if raw.strip() else {}
-    except orjson.JSONDecodeError as exc:
-        raise ValueError(f"invalid_json: {exc}") from None
+    body = await _read_json(request) if (await request.read()).strip() else {}
     if not isinstance(body, dict):
         raise ValueError("the body must be a JSON object")
     return body

@@ -11,7 +11,9 @@ from typing import Any
 from aiohttp import web as aioweb
 from faust.sensors.prometheus import setup_prometheus_sensors
 
+from dreamstream.streams.core import consolidation as runner
 from dreamstream.streams.worker import health, metrics
+from dreamstream.streams.worker.api import refused
 from dreamstream.streams.worker.app import _runtime, app, on_store_thread, settings
 from dreamstream.streams.worker.watchdog import stalled_partitions
 
@@ -73,9 +75,6 @@ async def stats_view(web: Any, request: Any) -> Any:
     if fault:
         return aioweb.json_response({"ready": False, "store_fault": fault[0]}, status=503)
     if request.query.get("detail"):
-        from dreamstream.streams.core import consolidation as runner
-        from dreamstream.streams.worker.api import refused
-
         denied = refused(request)
         if denied is not None:
             return denied
