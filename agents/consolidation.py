@@ -15,7 +15,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -460,9 +460,8 @@ def answer_plan(plan: Plan, answers: Mapping[str, str], rest: str = "apply") -> 
     def chosen(item: str) -> str:
         return answers.get(item, rest)
 
-    out = Plan(project=plan.project, user_id=plan.user_id, app_id=plan.app_id, considered=plan.considered,
-               merges=[m for m in plan.merges if chosen(m.item) == "apply"],
-               conflicts=list(plan.conflicts), prunes=[p for p in plan.prunes if chosen(p.item) == "apply"])
+    out = replace(plan, merges=[m for m in plan.merges if chosen(m.item) == "apply"],
+                  prunes=[p for p in plan.prunes if chosen(p.item) == "apply"])
     choices: dict[int, str | None] = {}
     for i, c in enumerate(plan.conflicts):
         answer = chosen(c.item)
