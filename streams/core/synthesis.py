@@ -34,7 +34,7 @@ from dreamstream.streams.store import MemoryStore
 
 Embed = Callable[[list[str]], np.ndarray]
 WriteText = Callable[[str, Sequence[str]], "str | None"]
-"""Optional pattern wording (label, member texts most typical first) -> sentence, or None: keep the
+"""Optional pattern wording (label, member texts oldest first, each after its month) -> text, or None: keep the
 offline text. `agents.pattern_writer.LLMPatternWriter` is one."""
 
 STATE_FILE = "synthesis_state.json"
@@ -232,7 +232,7 @@ def _run(
             continue
         text_by = "offline"
         if write_text is not None:
-            worded = write_text(theme.label, theme.typical or (theme.text,))
+            worded = write_text(theme.label, theme.dated() or (theme.text,))
             if worded:
                 theme, text_by = replace(theme, text=worded), "llm"
             else:

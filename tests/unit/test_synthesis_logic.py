@@ -114,8 +114,9 @@ def test_fitness_theme_found_among_unrelated_filler(embed: Embed) -> None:
     themes = syn.find_themes(memories, embed)
     best = max(themes, key=lambda t: jaccard(set(t.memory_ids), fitness_ids))
     assert jaccard(set(best.memory_ids), fitness_ids) >= 0.5
-    assert best.text.startswith("User ") and best.text not in FITNESS
-    assert "recurring focus" not in best.text and "related memories" not in best.text
+    lead, details = best.text.split(". ", 1)
+    assert lead.endswith("User's routine") and details.startswith("User ") and best.text not in FITNESS
+    assert "run" in lead.lower()
 
 
 def test_sources_all_belong_to_the_user(embed: Embed) -> None:
@@ -212,10 +213,11 @@ def test_dream_fitness_example_gives_one_concrete_pattern(embed: Embed) -> None:
     assert len(themes) == 1
     theme = themes[0]
     assert jaccard(set(theme.memory_ids), fitness_ids) >= 0.8
-    text = theme.text.lower()
-    assert text.startswith("tomasz ")
+    lead, details = theme.text.split(". ", 1)
+    assert "Tomasz's" in lead and details.startswith("Tomasz ") and details.count(".") == 1
+    text = details.lower()
     assert "run" in text and "strength training" in text and "garmin watch" in text and "marathon" in text
-    assert len(theme.text.split()) <= syn.MAX_WORDS and theme.text.count(".") == 1
+    assert len(details.split()) <= syn.MAX_WORDS
 
 
 def test_pattern_names_the_person_and_cites_only_own_sources(embed: Embed) -> None:
@@ -227,7 +229,8 @@ def test_pattern_names_the_person_and_cites_only_own_sources(embed: Embed) -> No
     own = {m.memory_id for m in mine}
     for t in themes:
         assert set(t.memory_ids) <= own and t.user_id == "u-tomasz"
-        assert t.person == "Tomasz" and t.text.startswith("Tomasz ") and "User" not in t.text
+        lead, details = t.text.split(". ", 1)
+        assert t.person == "Tomasz" and "Tomasz's" in lead and details.startswith("Tomasz ") and "User" not in t.text
     assert all(t.user_id == "u-ines" for t in syn.find_themes(theirs, embed))
 
 
@@ -248,10 +251,10 @@ def test_no_pattern_when_memories_share_no_concrete_content(embed: Embed) -> Non
 def test_offline_wording_is_extractive_and_third_person() -> None:
     texts = ["I keep a gratitude journal every night.", "I never skip my evening walk.", "User meditates daily."]
     text = syn.pattern_text("User", texts, ["journal", "walk", "meditat"])
-    assert text.startswith("User ") and text.endswith(".") and len(text.split()) <= syn.MAX_WORDS
-    assert "keeps a gratitude journal" in text and "never skips" in text
-    for word in ("recurring", "memories", "e.g."):
-        assert word not in text
+    lead, details = text.split(". ", 1)
+    assert lead == "Journal is a regular part of User's routine"  # two say how often: a habit, named by its shared word
+    assert details.startswith("User ") and text.endswith(".") and len(details.split()) <= syn.MAX_WORDS
+    assert "keeps a gratitude journal" in details and "never skips" in details and "e.g." not in text
 
 
 def test_rerun_with_same_evidence_changes_nothing(embed: Embed) -> None:
@@ -318,5 +321,65 @@ def test_wording_leaves_out_other_people_and_doubled_words() -> None:
     texts = ["Lena admires Tom's patience with bread dough.", "Lena bakes rye bread every Saturday.",
              "Lena sells her bread at the the farmers market."]
     text = syn.pattern_text("Lena", texts, ["bread"])
-    assert text.startswith("Lena ") and "Tom" not in text and "the the" not in text
+    assert text.split(". ", 1)[1].startswith("Lena ") and "Tom" not in text and "the the" not in text
     assert "bakes rye bread every Saturday" in text
+
+
+# --- round 3: evidence that is still true and the person's own; wording that names the thread ----
+
+
+def test_a_plan_that_a_later_memory_reports_done_is_no_evidence(embed: Embed) -> None:
+    texts = ["Mira is thinking about getting a dog.", "Mira adopted a rescue dog named Pip.",
+             "Mira wants to learn the cello someday.", "Mira bought a new winter coat."]
+    memories = [mem(f"m-{i}", t, created=f"2025-0{i + 1}-01T00:00:00Z") for i, t in enumerate(texts)]
+    memories += [mem(f"f-{i}", t, created="2025-01-15T00:00:00Z") for i, t in enumerate(FILLER[:12])]
+    vectors = syn._vectors(memories, embed)
+    centred = syn._unit(vectors - vectors.mean(axis=0))  # as find_themes: centred on the person's memories
+    terms = [syn.content_words(m.text, frozenset({"mira"})) for m in memories]
+    weights = syn.term_weights(terms)
+    assert syn.plans_done(memories, centred, terms, weights) == {0}  # the cello is still only a wish
+
+
+def test_an_earlier_state_that_a_later_member_replaces_is_left_out(embed: Embed) -> None:
+    texts = ["Nadia's renovation budget is 40,000 euros.", "Nadia's kitchen tiles are blue.",
+             "Nadia's renovation budget has gone up to 55,000 euros.", "Nadia painted the hallway herself."]
+    memories = [mem(f"m-{i}", t, created=f"2025-0{i + 1}-01T00:00:00Z") for i, t in enumerate(texts)]
+    vectors = syn._vectors(memories, embed)
+    assert syn.current_members([0, 1, 2, 3], memories, syn._unit(vectors - vectors.mean(axis=0))) == [1, 2, 3]
+
+
+@pytest.mark.parametrize(("text", "other"), [
+    ("Caroline's friend adopted a puppy.", True),
+    ("Her brother works at a bank in Leeds.", True),
+    ("Lucía is a former competition climber.", True),
+    ("Lucía and Caroline opened a climbing gym.", False),
+    ("Joost moved into Caroline's flat in October.", False),
+    ("Caroline's dog Biscuit is four years old.", False),
+    ("Caroline runs with a club on Tuesdays.", False),
+    ("The renovation budget is 40,000 euros.", False),
+])
+def test_another_persons_fact_is_not_the_persons_evidence(text: str, other: bool) -> None:
+    names = syn.proper_names(["Caroline met Lucía at the gym.", "Caroline lives with Joost.", text])
+    assert syn.about_someone_else(text, "Caroline", names) is other
+
+
+def test_lead_names_the_thread_and_details_come_oldest_first_with_their_month() -> None:
+    texts = ["Saoirse swims three times a week with the club.", "Saoirse signed up for adult swim lessons.",
+             "Saoirse swims about 2,500 m per session."]
+    dates = ["2025-02-19T08:00:00Z", "2024-09-02T08:00:00Z", "2025-08-05T08:00:00Z"]
+    text = syn.pattern_text("Saoirse", texts, ["swim"], dates)
+    lead, details = text.split(". ", 1)
+    assert lead == "Swimming is a recurring thread in Saoirse's memories from Sep 2024 to Aug 2025"
+    assert details.index("(Sep 2024)") < details.index("(Feb 2025)") < details.index("(Aug 2025)")
+    assert "signed up for adult swim lessons" in details
+
+
+def test_thread_phrase_keeps_the_members_two_word_name() -> None:
+    texts = ["Dae-hyun's book club picked Pachinko.", "Dae-hyun's book club meets in Thornbury.",
+             "Dae-hyun missed the October book club meeting."]
+    assert syn.thread_phrase(texts, ["club", "book"], "Dae-hyun") == "book club"
+
+
+def test_a_name_that_ends_in_s_is_still_the_persons_name() -> None:
+    assert syn.person_name(["Idris joined a study group.", "Idris got an 88 on his exam.",
+                            "Idris walks Juno every morning.", "His tutor praised Idris."]) == "Idris"
