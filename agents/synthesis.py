@@ -948,8 +948,21 @@ def _third_person(verb: str) -> str:
     return v + "s"
 
 
+_TURN = re.compile(
+    r"(?i)\b(?:but|although|though|whereas|yet|despite|however|until|eventually|finally|became|become|"
+    r"came true|turned out|ended up|won|instead|no longer|anymore|now)\b")
+"""Words that turn or settle what came before ("trailing in the fourth quarter, but they won"): a cut
+that leaves them out would mislead, so such a clause is not shortened but left out."""
+_STALE = re.compile(
+    r"(?i)\s*\b(?:recently|just|currently|lately|the other day|yesterday|today|tonight|"
+    r"(?:last|this) (?:week|weekend|night|month|year|monday|tuesday|wednesday|thursday|friday|saturday|sunday))\b,?")
+"""Time words that were true when said and go stale in a summary; each detail carries its month instead."""
+
+
 def _shorten(clause: str) -> str | None:
-    """The clause up to its first boundary (after 3 words); None when still longer than CLAUSE_WORDS words."""
+    """The clause up to its first boundary (after 3 words); None when still longer than CLAUSE_WORDS words,
+    or when the part cut away turns or settles it (`_TURN`)."""
+    whole = clause
     words = clause.split()
     for pattern in (_BOUNDARY, _AND):
         if len(words) <= CLAUSE_WORDS and pattern is _AND:
@@ -959,6 +972,8 @@ def _shorten(clause: str) -> str | None:
                 clause = clause[: m.start()]
                 break
         words = clause.split()
+    if _TURN.search(whole[len(clause):]):
+        return None
     return clause.strip() if len(words) <= CLAUSE_WORDS else None
 
 
@@ -969,7 +984,7 @@ def clause_of(text: str, person: str) -> tuple[str, str] | None:
     "Priya's goal is ...", "My goal is ..." and other subjects stay statements. None when too long to
     shorten without cutting a clause in the middle.
     """
-    t = " ".join(text.split()).rstrip(".!?;:, ")
+    t = " ".join(_STALE.sub("", text).split()).rstrip(".!?;:, ")
     t = re.sub(r"\bmy\b", "their", t) if not re.match(r"(?i)my\b", t) else t
     name = re.escape(person)
     if m := re.match(rf"(?i)(?:the user|user|{name}|she|he)\s+(?!'s)(.+)$", t):
@@ -1076,19 +1091,25 @@ def thread_phrase(texts: Sequence[str], shared: Sequence[str], person: str) -> s
         if verbs * 2 >= n_single:
             gerund = next((w for w in singles if w.endswith("ing")), _gerund(single))
             return gerund if gerund.lower() not in _NOT_THREADS else ""
-        if n_pair >= 2 and 2 * n_pair >= n_single:
-            return pair
-        if single.lower() not in _NOT_THREADS:
-            return single
+        phrase = pair if n_pair >= 2 and 2 * n_pair >= n_single else single
+        if phrase.lower() in _NOT_THREADS:
+            continue
+        plural = phrase + "s"  # "books" when the members also say it so
+        said = re.search(rf"\b{re.escape(plural.lower())}\b", " ".join(texts).lower())
+        return plural if said and not phrase.endswith(("s", "ing")) else phrase
     return ""
 
 
 def _lead(person: str, thread: str, texts: Sequence[str], dates: Sequence[str]) -> str:
     """The sentence that names what links the members: a regular habit when two or more say how often,
-    otherwise a thread that recurs over the months the members span."""
+    otherwise how long the person has kept coming back to the thread (the months the members span)."""
     months = sorted({d[:7] for d in dates if d})
-    span = f"{_month(months[0] + '-01')} to {_month(months[-1] + '-01')}" if len(months) >= 2 else ""
     owner = "User's" if person == "User" else f"{person}'s"
+    span = ""
+    if len(months) >= 2:
+        (y0, m0), (y1, m1) = (map(int, months[0].split("-")), map(int, months[-1].split("-")))
+        n = (y1 - y0) * 12 + m1 - m0 + 1
+        span = f"{_month(months[0] + '-01')} to {_month(months[-1] + '-01')}"
     if not thread:
         return f"Several of {owner} memories belong together" + (f" ({span})" if span else "")
     topic = thread[:1].upper() + thread[1:]
@@ -1096,9 +1117,17 @@ def _lead(person: str, thread: str, texts: Sequence[str], dates: Sequence[str]) 
     be = "are" if last.endswith("s") and not last.endswith(("ss", "us", "is", "ics")) else "is"
     if sum(1 for t in texts if _HABIT.search(t)) >= 2:
         return f"{topic} {be} a regular part of {owner} routine" + (f" ({span})" if span else "")
+    named = thread if thread[:1].isupper() or last.endswith(("ing", "s")) or " " not in thread and (
+        thread.endswith("ball") or thread in _MASS) else f"the {thread}"
     if span:
-        return f"{topic} {be} a recurring thread in {owner} memories from {span}"
+        return f"{person} has kept coming back to {named} for {n} months, from {span}"
     return f"{topic} comes up again and again in {owner} memories"
+
+
+_MASS = frozenset(("music", "art", "pottery", "football", "tennis", "golf", "chess", "yoga", "photography", "poetry",
+                   "politics", "cooking", "baking", "climbing", "travel", "fitness", "work", "school", "church",
+                   "theatre", "theater", "dance", "nature", "family", "food", "fashion", "gardening", "volunteering"))
+"""Topics said without "the" ("keeps coming back to pottery", not "to the pottery")."""
 
 
 def pattern_text(person: str, typical_texts: Sequence[str], shared: Sequence[str] = (),
@@ -1107,17 +1136,18 @@ def pattern_text(person: str, typical_texts: Sequence[str], shared: Sequence[str
     """A lead sentence naming the members' shared thread, then their own clauses as supporting details,
     oldest first and dated when `dates` (the members' created_at) are given; at most MAX_WORDS words of detail.
 
-    Clauses are chosen greedily for the content they add (the group's shared words count double), so
-    restatements are left out and the distinct details (what, how often, with what) come in. Extractive:
-    the lead names a word the members share and what their own dates and cues show ("every week"), the
-    details are the members' clauses. Clauses about someone else (`names`: the people the user's memories
-    name, `people_names`), or left in the first person, are used only when nothing else is left. "" when
-    fewer than `min_details` members can be worded: one detail under a thread shows no pattern.
+    Details carry the thread the lead names (or, when too few do, the group's shared words) and are chosen
+    greedily for the content they add, so restatements and near-repeats are left out and the distinct
+    details come in. A plan is a detail only when nothing later on its thread follows it. Extractive: the
+    lead names a word the members share and what their own dates and cues show ("every week"), the details
+    are the members' clauses. Clauses about someone else (`names`: the people the user's memories name,
+    `people_names`), or left in the first person, are used only when nothing else is left. "" when fewer
+    than `min_details` members can be worded: one detail under a thread shows no pattern.
     """
     when = list(dates) if dates is not None else [""] * len(typical_texts)
     shared_set = tuple(shared)
-    cands: list[tuple[int, str, str, set[str]]] = []
     ignore = frozenset({person.lower(), "user"})
+    cands: list[tuple[int, str, str, set[str]]] = []
     for i, text in enumerate(typical_texts):
         c = clause_of(text, person)
         if c and not _FIRST_PERSON.search(c[1]):
@@ -1127,28 +1157,49 @@ def pattern_text(person: str, typical_texts: Sequence[str], shared: Sequence[str
     others = people_names(typical_texts) if names is None else names
     own = [c for c in cands if not _about_other(c[2], person, others)]
     cands = own or cands
+
+    def carries(terms: set[str], stems: tuple[str, ...]) -> bool:
+        return any(t.startswith(stems) or any(x.startswith(t) for x in stems) for t in terms)
+
+    # The thread is the most shared word that at least two details carry; the lead names it, and then
+    # every detail carries it (no "hiking" lead over a surfing detail).
+    thread, need = "", shared_set
+    for term in shared_set:
+        phrase = thread_phrase(typical_texts, (term,), person)
+        stems = tuple(content_words(phrase, ignore)) or (term,)
+        if phrase and sum(1 for c in cands if carries(c[3], stems)) >= max(2, min_details):
+            thread, need = phrase, stems
+            break
+    if shared_set and not thread and min_details >= 2:
+        return ""
+    # A plan followed by anything later on the same thread is history, not a detail to state.
+    cands = [c for c in cands if not (is_plan(typical_texts[c[0]]) and any(
+        when[o[0]] > when[c[0]] and not is_plan(typical_texts[o[0]]) and (not need or carries(o[3], need))
+        for o in cands))]
     covered: set[str] = set()
-    chosen: list[tuple[int, str, str]] = []
+    chosen: list[tuple[int, str, str, set[str]]] = []
     used = _words(person) + 1
     while True:
         best: tuple[float, int, str, str, set[str]] | None = None
         for rank, (i, kind, clause, terms) in enumerate(cands):
             if any(c[2] == clause for c in chosen) or used + _words(clause) + 3 > MAX_WORDS:
                 continue
-            if shared_set and not any(t.startswith(shared_set) for t in terms):
-                continue  # a member's clause must carry the group's shared content
+            if need and not carries(terms, need):
+                continue  # a detail must carry the thread (or the group's shared content)
+            if any(len(terms & c[3]) >= 0.5 * len(terms | c[3]) for c in chosen):
+                continue  # one thing said again in other words is no second detail
             new = [t for t in terms if t not in covered]
             score = sum(3.0 if t.startswith(shared_set) else 1.0 for t in new) - 0.5 * rank / max(1, len(cands))
             if new and (best is None or score > best[0]):
                 best = (score, i, kind, clause, terms)
         if best is None:
             break
-        chosen.append((best[1], best[2], best[3]))
+        chosen.append((best[1], best[2], best[3], best[4]))
         covered |= best[4]
         used += _words(best[3]) + 3
     if len(chosen) < min_details:
         return ""
-    lead = _lead(person, thread_phrase(typical_texts, shared_set, person), typical_texts, [d for d in when if d])
+    lead = _lead(person, thread, typical_texts, [d for d in when if d])
     if not chosen:  # nothing short enough: the most typical member, cut to the word budget
         first = typical_texts[0].split() if typical_texts else []
         return f"{lead}: " + " ".join(first[:MAX_WORDS]).rstrip(".!?;:, ") + "."
@@ -1158,13 +1209,23 @@ def pattern_text(person: str, typical_texts: Sequence[str], shared: Sequence[str
         month = _month(when[i])
         return f"{clause} ({month})" if month else clause
 
-    vps = [dated(i, c) for i, k, c in chosen if k == "vp"]
-    rest = [dated(i, c) for i, k, c in chosen if k == "s"]
+    # Strictly oldest first: the person's verb phrases that follow one another share one sentence.
+    sentences: list[list[str]] = []
+    kinds: list[str] = []
+    for i, kind, clause, _terms in chosen:
+        if kind == "vp" and kinds and kinds[-1] == "vp":
+            sentences[-1].append(dated(i, clause))
+        else:
+            sentences.append([dated(i, clause)])
+            kinds.append(kind)
     parts: list[str] = []
-    if vps:
-        listed = vps[0] if len(vps) == 1 else ", ".join(vps[:-1]) + (", and " if len(vps) > 2 else " and ") + vps[-1]
-        parts.append(f"{person} {listed}")
-    parts += [r[0].upper() + r[1:] for r in rest]
+    for kind, items in zip(kinds, sentences, strict=True):
+        if kind == "vp":
+            listed = items[0] if len(items) == 1 else (
+                ", ".join(items[:-1]) + (", and " if len(items) > 2 else " and ") + items[-1])
+            parts.append(f"{person} {listed}")
+        else:
+            parts.append(items[0][0].upper() + items[0][1:])
     details = _DOUBLED.sub(r"\1", ". ".join(parts))
     return f"{lead}. {details[0].upper()}{details[1:]}."
 

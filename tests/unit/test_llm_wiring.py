@@ -4,8 +4,10 @@ HTTP server speaking /v1/chat/completions (the store and the model are real too)
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Iterator
+from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
@@ -122,6 +124,11 @@ def test_llm_worded_patterns_are_written_once_per_evidence(edge_store: Any, embe
     assert first.patterns_written == len(stored) >= 1 and first.text_fallbacks == 0
     assert all(p.text == SENTENCE and p.metadata["text_by"] == "llm" for p in stored)
     assert any("Garmin" in prompt for prompt in PatternChat.prompts)  # the model saw the evidence
+    for prompt in PatternChat.prompts:  # oldest first, each after its month: it can tell what holds now
+        months = re.findall(r"^- \((\w{3}) (\d{4})\) ", prompt, re.MULTILINE)
+        assert months and "Memories, oldest first:" in prompt
+        order = [(int(y), datetime.strptime(m, "%b").month) for m, y in months]
+        assert order == sorted(order)
     calls = len(PatternChat.prompts)
 
     again = run("2025-04-09T00:00:00Z")  # same evidence: nothing rewritten, the model not asked again

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -215,8 +216,9 @@ def test_dream_fitness_example_gives_one_concrete_pattern(embed: Embed) -> None:
     assert jaccard(set(theme.memory_ids), fitness_ids) >= 0.8
     lead, details = theme.text.split(". ", 1)
     assert "Tomasz's" in lead and details.startswith("Tomasz ") and details.count(".") == 1
-    text = details.lower()
-    assert "run" in text and "strength training" in text and "garmin watch" in text and "marathon" in text
+    text = details.lower()  # every detail carries the thread the lead names
+    assert lead.startswith("Run") and "garmin watch" in text and "marathon" in text and "long run" in text
+    assert all("run" in d for d in text.split("), "))
     assert len(details.split()) <= syn.MAX_WORDS
 
 
@@ -249,12 +251,15 @@ def test_no_pattern_when_memories_share_no_concrete_content(embed: Embed) -> Non
 
 
 def test_offline_wording_is_extractive_and_third_person() -> None:
-    texts = ["I keep a gratitude journal every night.", "I never skip my evening walk.", "User meditates daily."]
+    texts = ["I keep a gratitude journal every night.", "I never skip my evening walk.", "User meditates daily.",
+             "I journal about my walk each evening."]
     text = syn.pattern_text("User", texts, ["journal", "walk", "meditat"])
     lead, details = text.split(". ", 1)
-    assert lead == "Journal is a regular part of User's routine"  # two say how often: a habit, named by its shared word
+    assert lead == "Journaling is a regular part of User's routine"  # its shared activity, and they say how often
     assert details.startswith("User ") and text.endswith(".") and len(details.split()) <= syn.MAX_WORDS
-    assert "keeps a gratitude journal" in details and "never skips" in details and "e.g." not in text
+    assert "keeps a gratitude journal every night" in details and "journals about their walk" in details
+    assert "skip" not in details  # a detail carries the thread the lead names
+    assert syn.pattern_text("User", texts[1:3], ["walk", "meditat"], min_details=2) == ""  # no thread: nothing
 
 
 def test_rerun_with_same_evidence_changes_nothing(embed: Embed) -> None:
@@ -369,7 +374,7 @@ def test_lead_names_the_thread_and_details_come_oldest_first_with_their_month() 
     dates = ["2025-02-19T08:00:00Z", "2024-09-02T08:00:00Z", "2025-08-05T08:00:00Z"]
     text = syn.pattern_text("Saoirse", texts, ["swim"], dates)
     lead, details = text.split(". ", 1)
-    assert lead == "Swimming is a recurring thread in Saoirse's memories from Sep 2024 to Aug 2025"
+    assert lead == "Saoirse has kept coming back to swimming for 12 months, from Sep 2024 to Aug 2025"
     assert details.index("(Sep 2024)") < details.index("(Feb 2025)") < details.index("(Aug 2025)")
     assert "signed up for adult swim lessons" in details
 
@@ -383,3 +388,24 @@ def test_thread_phrase_keeps_the_members_two_word_name() -> None:
 def test_a_name_that_ends_in_s_is_still_the_persons_name() -> None:
     assert syn.person_name(["Idris joined a study group.", "Idris got an 88 on his exam.",
                             "Idris walks Juno every morning.", "His tutor praised Idris."]) == "Idris"
+
+
+def test_details_carry_the_thread_and_never_cut_away_a_turn_or_repeat_themselves() -> None:
+    texts = ["Noor joined a hiking club in the Peak District.", "Noor started surfing five years ago.",
+             "Noor hikes up Kinder Scout most Saturdays.", "Noor loves hiking because it clears her head.",
+             "Noor had a hiking trip where the group got lost in fog, but they found the trail again.",
+             "Noor recently bought new hiking boots."]
+    dates = [f"2025-0{i + 1}-10T00:00:00Z" for i in range(len(texts))]
+    lead, details = syn.pattern_text("Noor", texts, ["hik"], dates).split(". ", 1)
+    assert "hiking" in lead.lower() and "surfing" not in details  # the lead's thread, not another sport
+    assert "got lost in fog" not in details  # cut before "but they found the trail again": left out
+    assert "recently" not in details and "bought new hiking boots (Jun 2025)" in details  # the month says when
+    assert details.count("hik") == len(re.findall(r"\(\w{3} \d{4}\)", details))
+
+
+def test_a_plan_that_something_later_on_its_thread_follows_is_no_detail() -> None:
+    texts = ["Tim plans to add Lisbon to his travel list.", "Tim joined a travel club.",
+             "Tim booked a travel guide to Lisbon for his trip in May."]
+    dates = ["2025-01-10T00:00:00Z", "2025-03-10T00:00:00Z", "2025-04-10T00:00:00Z"]
+    text = syn.pattern_text("Tim", texts, ["travel"], dates)
+    assert "plans to add" not in text and "joined a travel club (Mar 2025)" in text
