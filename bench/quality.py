@@ -27,6 +27,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +120,23 @@ def review_audit(items: list[dict[str, str]], verdict_file: Path) -> dict[str, A
             "right": round(right / len(judged), 4) if judged else None}
 
 
+def pattern_usefulness(case: Path, state: Path, verdict_file: Path) -> dict[str, Any]:
+    """How useful the readers found this run's patterns (issue 26's usefulness mark: 0 misleading, 1 a true
+    list, 2 a real higher-order pattern), from the `usefulness` of their verdicts; keys as audit.py names them."""
+    with tempfile.TemporaryDirectory() as tmp:
+        todo = Path(tmp) / "todo.jsonl"
+        subprocess.run([sys.executable, str(SHARED / "real" / "audit.py"), str(case), str(state), "--todo", str(todo),
+                        "--sample", "100000"], check=True, capture_output=True)
+        keys = [r["key"] for r in map(json.loads, todo.read_text().splitlines()) if r["action"] == "pattern"]
+    marks = {}
+    if verdict_file.exists():
+        marks = {v["key"]: v["usefulness"] for v in map(json.loads, verdict_file.read_text().splitlines())
+                 if v and "usefulness" in v}
+    got = [marks[k] for k in keys if k in marks]
+    return {"patterns": len(keys), "marked": len(got), **{f"usefulness_{u}": got.count(u) for u in (0, 1, 2)},
+            "share_2": round(got.count(2) / len(got), 4) if got else None}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="one JSON object instead of tables")
@@ -164,6 +182,8 @@ def main() -> int:
             audit = run_json(cmd + (["--judged", str(judged)] if judged.exists() else []))
             row = {**audit, "decisions": counts}
             if name == "locomo":
+                if a.synthesis:
+                    row["usefulness"] = pattern_usefulness(case, state, judged)
                 items = review_items(state.parent / "store")
                 row["reviews"] = review_audit(items, REPO / "bench" / "audits" / "real-locomo-reviews.jsonl")
                 if a.todo_reviews:
@@ -209,6 +229,12 @@ def main() -> int:
                          s["incorrect"], s["borderline"], s["precision"], s["decisions"] - s["judged"]])
     print(table(rows, ["case/judge", "action", "decisions", "per 1,000", "judged", "correct", "incorrect",
                        "borderline", "precision", "unjudged"]))
+    for n, r in result["real"].items():
+        if "usefulness" in r:
+            u = r["usefulness"]
+            print(f"{n}: pattern usefulness (0 misleading / 1 a true list / 2 a higher-order pattern): "
+                  f"{u['usefulness_0']} / {u['usefulness_1']} / {u['usefulness_2']} of {u['marked']} marked "
+                  f"({u['patterns']} patterns); share of 2: {u['share_2']} (target >= 0.333)")
     for n, r in result["real"].items():
         line = f"{n}: {r['decisions'].get('review', 0)} review items (abstentions)"
         if "reviews" in r:
