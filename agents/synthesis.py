@@ -1058,7 +1058,7 @@ def _gerund(verb: str) -> str:
     return v + "ing"
 
 
-def thread_phrase(texts: Sequence[str], shared: Sequence[str], person: str) -> str:
+def thread_phrase(texts: Sequence[str], shared: Sequence[str], person: str, phrases: bool = True) -> str:
     """The members' shared thread in their own words: the most shared specific word as they write it, or
     the two-word phrase around it that two or more members use ("book club", "Rennend Lombok"); a verb
     right after the person ("Ana runs ...") is named as an activity ("running"). "" for none."""
@@ -1091,7 +1091,7 @@ def thread_phrase(texts: Sequence[str], shared: Sequence[str], person: str) -> s
         if verbs * 2 >= n_single:
             gerund = next((w for w in singles if w.endswith("ing")), _gerund(single))
             return gerund if gerund.lower() not in _NOT_THREADS else ""
-        phrase = pair if n_pair >= 2 and 2 * n_pair >= n_single else single
+        phrase = pair if phrases and n_pair >= 2 and 2 * n_pair >= n_single else single
         if phrase.lower() in _NOT_THREADS:
             continue
         plural = phrase + "s"  # "books" when the members also say it so
@@ -1102,7 +1102,7 @@ def thread_phrase(texts: Sequence[str], shared: Sequence[str], person: str) -> s
 
 def _lead(person: str, thread: str, texts: Sequence[str], dates: Sequence[str]) -> str:
     """The sentence that names what links the members: a regular habit when two or more say how often,
-    otherwise how long the person has kept coming back to the thread (the months the members span)."""
+    otherwise how long the person has kept coming back to the thread (the months the details shown span)."""
     months = sorted({d[:7] for d in dates if d})
     owner = "User's" if person == "User" else f"{person}'s"
     span = ""
@@ -1117,11 +1117,25 @@ def _lead(person: str, thread: str, texts: Sequence[str], dates: Sequence[str]) 
     be = "are" if last.endswith("s") and not last.endswith(("ss", "us", "is", "ics")) else "is"
     if sum(1 for t in texts if _HABIT.search(t)) >= 2:
         return f"{topic} {be} a regular part of {owner} routine" + (f" ({span})" if span else "")
-    named = thread if thread[:1].isupper() or last.endswith(("ing", "s")) or " " not in thread and (
-        thread.endswith("ball") or thread in _MASS) else f"the {thread}"
+    if thread[:1].isupper() or last.endswith(("ing", "s", "ball")) or thread in _MASS:
+        named = thread
+    elif " " in thread:
+        named = f"the {thread}"  # a phrase names one thing: "the book club"
+    else:
+        named = _plural(thread)  # a word names a kind: "trips", "cities", not "the trip"
     if span:
         return f"{person} has kept coming back to {named} for {n} months, from {span}"
+    if months:
+        return f"{person} came back to {named} again and again in {_month(months[0] + '-01')}"
     return f"{topic} comes up again and again in {owner} memories"
+
+
+def _plural(noun: str) -> str:
+    if noun.endswith(("s", "x", "ch", "sh")):
+        return noun + "es"
+    if len(noun) > 2 and noun.endswith("y") and noun[-2] not in "aeiou":
+        return noun[:-1] + "ies"
+    return noun + "s"
 
 
 _MASS = frozenset(("music", "art", "pottery", "football", "tennis", "golf", "chess", "yoga", "photography", "poetry",
@@ -1159,16 +1173,20 @@ def pattern_text(person: str, typical_texts: Sequence[str], shared: Sequence[str
     cands = own or cands
 
     def carries(terms: set[str], stems: tuple[str, ...]) -> bool:
-        return any(t.startswith(stems) or any(x.startswith(t) for x in stems) for t in terms)
+        """Whether a detail says every word of the thread ("book club": both words)."""
+        return all(any(t.startswith(x) or x.startswith(t) for t in terms) for x in stems)
 
     # The thread is the most shared word that at least two details carry; the lead names it, and then
     # every detail carries it (no "hiking" lead over a surfing detail).
     thread, need = "", shared_set
     for term in shared_set:
-        phrase = thread_phrase(typical_texts, (term,), person)
-        stems = tuple(content_words(phrase, ignore)) or (term,)
-        if phrase and sum(1 for c in cands if carries(c[3], stems)) >= max(2, min_details):
-            thread, need = phrase, stems
+        for phrases in (True, False):
+            phrase = thread_phrase(typical_texts, (term,), person, phrases)
+            stems = tuple(content_words(phrase, ignore)) or (term,)
+            if phrase and sum(1 for c in cands if carries(c[3], stems)) >= max(2, min_details):
+                thread, need = phrase, stems
+                break
+        if thread:
             break
     if shared_set and not thread and min_details >= 2:
         return ""
@@ -1184,8 +1202,8 @@ def pattern_text(person: str, typical_texts: Sequence[str], shared: Sequence[str
         for rank, (i, kind, clause, terms) in enumerate(cands):
             if any(c[2] == clause for c in chosen) or used + _words(clause) + 3 > MAX_WORDS:
                 continue
-            if need and not carries(terms, need):
-                continue  # a detail must carry the thread (or the group's shared content)
+            if need and not (carries(terms, need) if thread else any(t.startswith(need) for t in terms)):
+                continue  # a detail must carry the thread (or, with none, the group's shared content)
             if any(len(terms & c[3]) >= 0.5 * len(terms | c[3]) for c in chosen):
                 continue  # one thing said again in other words is no second detail
             new = [t for t in terms if t not in covered]
@@ -1199,7 +1217,7 @@ def pattern_text(person: str, typical_texts: Sequence[str], shared: Sequence[str
         used += _words(best[3]) + 3
     if len(chosen) < min_details:
         return ""
-    lead = _lead(person, thread, typical_texts, [d for d in when if d])
+    lead = _lead(person, thread, typical_texts, [when[c[0]] for c in chosen if when[c[0]]])  # spans what it shows
     if not chosen:  # nothing short enough: the most typical member, cut to the word budget
         first = typical_texts[0].split() if typical_texts else []
         return f"{lead}: " + " ".join(first[:MAX_WORDS]).rstrip(".!?;:, ") + "."
