@@ -521,7 +521,7 @@ RELATIONS = frozenset((
     "grandparent", "colleague", "coworker", "co-worker", "boss", "manager", "neighbour", "neighbor", "roommate",
     "flatmate", "housemate", "niece", "nephew", "in-law", "classmate", "teammate", "team", "client", "mentor",
 ))
-"""Who a memory may be about instead of the person ("Caroline's friend adopted a dog", "his sister ...")."""
+"""Who a memory may be about instead of the person ("Ines's friend adopted a dog", "his sister ...")."""
 _NAME = re.compile(r"[^\W\d_][\w\-]*(?:['’][\w]+)?")
 _PLAN = re.compile(
     r"(?i)\b(?:wants? to|would (?:like|love) to|['’]d (?:like|love) to|plans to|planning (?:to|on)|(?:i|we) plan to|"
@@ -554,7 +554,7 @@ _PERSON_VERBS = frozenset(("said", "says", "told", "tells", "thinks", "feels", "
 
 
 def people_names(texts: Sequence[str]) -> frozenset[str]:
-    """The proper names that act like people's: they own something ("Joanna's script") or say, feel and
+    """The proper names that act like people's: they own something ("Esi's bakery") or say, feel and
     want things ("Esi thinks ..."); places, clubs and tools mostly do neither."""
     names = proper_names(texts)
     out: set[str] = set()
@@ -570,7 +570,7 @@ def people_names(texts: Sequence[str]) -> frozenset[str]:
 
 def about_someone_else(text: str, person: str, names: frozenset[str]) -> bool:
     """Whether a memory is another person's fact: its subject is someone else by name ("Lucía is a former
-    climber"), or the person's or a pronoun's relation ("Caroline's friend adopted a dog", "her brother ...").
+    climber"), or the person's or a pronoun's relation ("Ines's friend adopted a dog", "her brother ...").
     Another subject that the text relates to the person ("Lucía and Dae-hyun ...", "Joost moved into
     Saoirse's flat") and the person's pets and things stay theirs. The others are not evidence: a pattern
     must never give the person someone else's fact.
@@ -1254,7 +1254,7 @@ _DOUBLED = re.compile(r"\b(\w+)(?:\s+\1\b)+", re.IGNORECASE)
 
 def _about_other(clause: str, person: str, names: frozenset[str] = frozenset()) -> bool:
     """Whether a clause names another person's possession or quality ("admires Sam's patience") or another
-    named person at all ("suggests Joanna consider other animals"; `names`: `people_names` of the texts)."""
+    named person at all ("suggests Sam try other pets"; `names`: `people_names` of the texts)."""
     for m in re.finditer(r"\b([A-Za-z][\w-]*)(?:'s|’s)\b", clause):
         word = m.group(1)
         if word.lower() != person.lower() and word[:1].isupper():

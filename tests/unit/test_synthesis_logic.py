@@ -354,18 +354,18 @@ def test_an_earlier_state_that_a_later_member_replaces_is_left_out(embed: Embed)
 
 
 @pytest.mark.parametrize(("text", "other"), [
-    ("Caroline's friend adopted a puppy.", True),
+    ("Ines's friend adopted a puppy.", True),
     ("Her brother works at a bank in Leeds.", True),
     ("Lucía is a former competition climber.", True),
-    ("Lucía and Caroline opened a climbing gym.", False),
-    ("Joost moved into Caroline's flat in October.", False),
-    ("Caroline's dog Biscuit is four years old.", False),
-    ("Caroline runs with a club on Tuesdays.", False),
+    ("Lucía and Ines opened a climbing gym.", False),
+    ("Joost moved into Ines's flat in October.", False),
+    ("Ines's dog Biscuit is four years old.", False),
+    ("Ines runs with a club on Tuesdays.", False),
     ("The renovation budget is 40,000 euros.", False),
 ])
 def test_another_persons_fact_is_not_the_persons_evidence(text: str, other: bool) -> None:
-    names = syn.proper_names(["Caroline met Lucía at the gym.", "Caroline lives with Joost.", text])
-    assert syn.about_someone_else(text, "Caroline", names) is other
+    names = syn.proper_names(["Ines met Lucía at the gym.", "Ines lives with Joost.", text])
+    assert syn.about_someone_else(text, "Ines", names) is other
 
 
 def test_lead_names_the_thread_and_details_come_oldest_first_with_their_month() -> None:
@@ -404,8 +404,8 @@ def test_details_carry_the_thread_and_never_cut_away_a_turn_or_repeat_themselves
 
 
 def test_a_plan_that_something_later_on_its_thread_follows_is_no_detail() -> None:
-    texts = ["Tim plans to add Lisbon to his travel list.", "Tim joined a travel club.",
-             "Tim booked a travel guide to Lisbon for his trip in May."]
+    texts = ["Ravi plans to take up travel photography.", "Ravi joined a travel photography group.",
+             "Ravi sold two travel photography prints at a fair."]
     dates = ["2025-01-10T00:00:00Z", "2025-03-10T00:00:00Z", "2025-04-10T00:00:00Z"]
-    text = syn.pattern_text("Tim", texts, ["travel"], dates)
-    assert "plans to add" not in text and "joined a travel club (Mar 2025)" in text
+    text = syn.pattern_text("Ravi", texts, ["travel"], dates)
+    assert "plans to" not in text and "joined a travel photography group (Mar 2025)" in text
