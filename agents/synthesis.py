@@ -481,7 +481,9 @@ def person_name(texts: Sequence[str]) -> str:
     the first person or saying "User" get "User".
     """
     counts: Counter[str] = Counter()
-    proper = proper_names(texts)  # "Idris" is a name, "Runs" a verb: names recur capitalised mid-sentence
+    # "Idris" and "Ines" are names, "Runs" a verb: a name also owns something ("Ines's friend") or is
+    # capitalised mid-sentence somewhere.
+    proper = proper_names(texts) | {m.group(1).lower() for t in texts if (m := _LEAD.match(t)) and m.group(2)}
     for t in texts:
         m = _LEAD.match(t)
         if not m:

@@ -409,3 +409,27 @@ def test_a_plan_that_something_later_on_its_thread_follows_is_no_detail() -> Non
     dates = ["2025-01-10T00:00:00Z", "2025-03-10T00:00:00Z", "2025-04-10T00:00:00Z"]
     text = syn.pattern_text("Ravi", texts, ["travel"], dates)
     assert "plans to" not in text and "joined a travel photography group (Mar 2025)" in text
+
+
+def test_a_pattern_rests_on_the_persons_own_current_facts(embed: Embed) -> None:
+    """A running theme among filler: the plan the marathon fulfilled and a friend's running are no
+    evidence, so neither is a source nor stated in the text."""
+    running = [
+        ("2025-01-07", "Ines runs with the Harbour Runners club every Tuesday evening."),
+        ("2025-02-11", "Ines is thinking about running a marathon."),
+        ("2025-03-04", "Ines's friend Marta runs ultramarathons in the mountains."),
+        ("2025-04-15", "Ines does a long run of about 25 km every Sunday morning."),
+        ("2025-06-10", "Ines bought new running shoes for her marathon training."),
+        ("2025-08-19", "Ines tracks all her runs on a Garmin watch."),
+        ("2025-10-21", "Ines ran the Lisbon marathon in 3 hours 58 minutes."),
+    ]
+    memories = [mem(f"r-{i}", t, user="u-ines", created=f"{d}T08:00:00Z") for i, (d, t) in enumerate(running)]
+    memories += [mem(f"f-{i}", t.replace("User", "Ines"), user="u-ines", created="2025-05-01T08:00:00Z")
+                 for i, t in enumerate(FILLER[:14])]
+    themes = syn.find_themes(memories, embed)
+    run = max(themes, key=lambda t: len({"r-0", "r-3", "r-5", "r-6"} & set(t.memory_ids)))
+    assert {"r-0", "r-3", "r-6"} <= set(run.memory_ids)
+    assert "r-1" not in run.memory_ids and "r-2" not in run.memory_ids  # a done plan, a friend's fact
+    assert "thinking about" not in run.text and "Marta" not in run.text and "ultramarathon" not in run.text
+    lead, details = run.text.split(". ", 1)
+    assert "Ines" in lead and "(Jan 2025)" in details
