@@ -1034,7 +1034,8 @@ def _month(created_at: str) -> str:
 _NOT_THREADS = frozenset((
     "prefer", "like", "love", "want", "use", "said", "say", "think", "feel", "felt", "start", "started", "finish",
     "make", "made", "get", "got", "go", "went", "new", "now", "still", "time", "first", "last", "next", "year",
-    "month", "week", "day", "today", "thing", "lot", "took", "take", "tri",
+    "month", "week", "day", "today", "thing", "lot", "took", "take", "tri", "ask", "asked", "told", "tell",
+    "asleep", "awake", "fall", "way", "place", "people", "part",
     "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec", "january",
     "february", "march", "april", "june", "july", "august", "september", "october", "november", "december",
     "monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday", "weekend",
@@ -1045,6 +1046,9 @@ _NOT_THREADS = frozenset((
 def _gerund(verb: str) -> str:
     """The -ing form of a verb as a subject says it ("runs" -> "running", "bakes" -> "baking")."""
     v = verb.lower()
+    if v.endswith("ed") and len(v) > 4:
+        v = v[:-2] if not v.endswith("ied") else v[:-3] + "y"
+        return v + "ing"
     if v.endswith(("ches", "shes", "sses", "xes")):
         v = v[:-2]
     elif v.endswith("ies"):
@@ -1119,17 +1123,38 @@ def _lead(person: str, thread: str, texts: Sequence[str], dates: Sequence[str]) 
     be = "are" if last.endswith("s") and not last.endswith(("ss", "us", "is", "ics")) else "is"
     if sum(1 for t in texts if _HABIT.search(t)) >= 2:
         return f"{topic} {be} a regular part of {owner} routine" + (f" ({span})" if span else "")
+    if thread.lower() in RELATIONS or _stem(thread.lower()) in RELATIONS:
+        # "Priya's dad comes up again and again": a relation is the person's, not a kind of thing.
+        return f"{owner} {thread.lower()} comes up again and again" + (f", from {span}" if span else "")
     if thread[:1].isupper() or last.endswith(("ing", "s", "ball")) or thread in _MASS:
         named = thread
-    elif " " in thread:
-        named = f"the {thread}"  # a phrase names one thing: "the book club"
+    elif " " in thread or _definite(thread, texts):
+        named = f"the {thread}"  # one thing: "the book club", "the shelter" (the members say "the shelter")
+    elif _modifier(thread, texts) or not re.search(
+            rf"(?i)\b(?:a|an|one|two|three|four|several|many|another|new)\s+{re.escape(thread)}\b", " ".join(texts)):
+        named = thread  # "surf lessons": the word qualifies others; or it is never one of several
     else:
-        named = _plural(thread)  # a word names a kind: "trips", "cities", not "the trip"
+        named = _plural(thread)  # a kind: "trips", "cities", where the members name several
     if span:
         return f"{person} has kept coming back to {named} for {n} months, from {span}"
     if months:
         return f"{person} came back to {named} again and again in {_month(months[0] + '-01')}"
     return f"{topic} comes up again and again in {owner} memories"
+
+
+def _modifier(word: str, texts: Sequence[str]) -> bool:
+    """Whether the members mostly use the word before another content word ("surf lessons", "surf trip")."""
+    after = [m.group(1).lower() for t in texts for m in re.finditer(rf"(?i)\b{re.escape(word)}\b\s*(\w*)", t)]
+    return sum(1 for w in after if w and w not in _STOP) * 2 > len(after) > 0
+
+
+def _definite(noun: str, texts: Sequence[str]) -> bool:
+    """Whether the members say "the <noun>" (or "her <noun>") at least as often as "a <noun>" or another word
+    before it: one particular thing rather than several."""
+    before = Counter(m.group(1).lower() for t in texts
+                     for m in re.finditer(rf"(?i)\b(\w+)\s+{re.escape(noun)}\b", t))
+    the = sum(before[w] for w in ("the", "his", "her", "their", "my", "our"))
+    return the * 2 >= sum(before.values()) > 0
 
 
 def _plural(noun: str) -> str:
@@ -1154,7 +1179,7 @@ def pattern_text(person: str, typical_texts: Sequence[str], shared: Sequence[str
 
     Details carry the thread the lead names (or, when too few do, the group's shared words) and are chosen
     greedily for the content they add, so restatements and near-repeats are left out and the distinct
-    details come in. A plan is a detail only when nothing later on its thread follows it. Extractive: the
+    details come in. A plan is a detail only when nothing later took it up. Extractive: the
     lead names a word the members share and what their own dates and cues show ("every week"), the details
     are the members' clauses. Clauses about someone else (`names`: the people the user's memories name,
     `people_names`), or left in the first person, are used only when nothing else is left. "" when fewer
@@ -1190,11 +1215,10 @@ def pattern_text(person: str, typical_texts: Sequence[str], shared: Sequence[str
                 break
         if thread:
             break
-    if shared_set and not thread and min_details >= 2:
-        return ""
-    # A plan followed by anything later on the same thread is history, not a detail to state.
+    # A plan that something later on its thread took up ("plans to take up travel photography", then
+    # "joined a travel photography group": two words in common) is history, not a detail to state.
     cands = [c for c in cands if not (is_plan(typical_texts[c[0]]) and any(
-        when[o[0]] > when[c[0]] and not is_plan(typical_texts[o[0]]) and (not need or carries(o[3], need))
+        when[o[0]] > when[c[0]] and not is_plan(typical_texts[o[0]]) and len(c[3] & o[3]) >= 2
         for o in cands))]
     covered: set[str] = set()
     chosen: list[tuple[int, str, str, set[str]]] = []

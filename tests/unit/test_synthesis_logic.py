@@ -259,7 +259,9 @@ def test_offline_wording_is_extractive_and_third_person() -> None:
     assert details.startswith("User ") and text.endswith(".") and len(details.split()) <= syn.MAX_WORDS
     assert "keeps a gratitude journal every night" in details and "journals about their walk" in details
     assert "skip" not in details  # a detail carries the thread the lead names
-    assert syn.pattern_text("User", texts[1:3], ["walk", "meditat"], min_details=2) == ""  # no thread: nothing
+    unnamed = syn.pattern_text("User", texts[1:3], ["walk", "meditat"], min_details=2)
+    assert unnamed.startswith("Several of User's memories belong together. ")  # no word two details share
+    assert syn.pattern_text("User", texts[1:2], ["walk"], min_details=2) == ""  # one detail shows no pattern
 
 
 def test_rerun_with_same_evidence_changes_nothing(embed: Embed) -> None:
@@ -433,3 +435,20 @@ def test_a_pattern_rests_on_the_persons_own_current_facts(embed: Embed) -> None:
     assert "thinking about" not in run.text and "Marta" not in run.text and "ultramarathon" not in run.text
     lead, details = run.text.split(". ", 1)
     assert "Ines" in lead and "(Jan 2025)" in details
+
+
+@pytest.mark.parametrize(("texts", "lead"), [
+    (["Priya got power of attorney sorted for her dad.", "Priya set up a calendar for her dad's appointments.",
+      "Priya is looking into day care for her dad."], "Priya's dad comes up again and again"),
+    (["Kenji takes surf lessons in Ericeira.", "Kenji bought a foam surf board.", "Kenji booked a surf camp."],
+     "Kenji has kept coming back to surf"),
+    (["Ana took a trip to Porto.", "Ana went on a hiking trip in the Alps.", "Ana planned a trip to Rome with Eva."],
+     "Ana has kept coming back to trips"),
+    (["Ana volunteers at the shelter on Saturdays.", "Ana organised a raffle for the shelter.",
+      "Ana walks dogs at the shelter."], "Ana has kept coming back to the shelter"),
+])
+def test_the_lead_names_a_relation_a_kind_or_one_thing_as_the_members_do(texts: list[str], lead: str) -> None:
+    dates = ["2025-01-05T00:00:00Z", "2025-03-05T00:00:00Z", "2025-05-05T00:00:00Z"]
+    term = syn._canonical([syn.content_words(t, frozenset({texts[0].split()[0].lower()})) for t in texts])
+    shared = sorted(set.intersection(*term))
+    assert syn.pattern_text(texts[0].split()[0], texts, shared, dates).startswith(lead)
