@@ -435,6 +435,8 @@ def test_a_pattern_rests_on_the_persons_own_current_facts(embed: Embed) -> None:
     assert "thinking about" not in run.text and "Marta" not in run.text and "ultramarathon" not in run.text
     lead, details = run.text.split(". ", 1)
     assert "Ines" in lead and "(Jan 2025)" in details
+    read = run.dated()  # what an LLM pattern writer is given: the same evidence, oldest first, dated
+    assert read[0].startswith("(Jan 2025) ") and not any("Marta" in t or "thinking about" in t for t in read)
 
 
 @pytest.mark.parametrize(("texts", "lead"), [
