@@ -4,6 +4,7 @@
     python bench/corpus/build.py batches OUT N     # pairs -> N batch files for labellers (no split, no scores)
     python bench/corpus/build.py collect A B       # two labellers' answers -> labels.jsonl + agreement.json
                                                    # (bench/corpus/labels/{A,B}; the batches they read beside them)
+    python bench/corpus/build.py themes-agreement  # themes-second/ (a second writer, 8 people) against themes/
 
 Every pair is labelled by two labellers who did not write its stream, from GUIDE.md; pairs they
 disagree on are dropped (reported in agreement.json), so every kept label has two readers behind it.
@@ -174,10 +175,39 @@ def collect(folders: list[Path]) -> None:
     print(json.dumps(report, indent=2))
 
 
+def themes_agreement(second: Path = HERE / "themes-second") -> dict[str, float]:
+    """How far two careful readers agree on themes, by the rule synthesis is scored with (score.py: a theme
+    is found by a group of the same person whose members have Jaccard >= 0.5 with it). `themes-second/`
+    holds themes a second helper wrote from THEMES.md for a few calibration people without seeing
+    `themes/`; the first writer's themes are the reference."""
+    def jaccard(a: set[int], b: set[int]) -> float:
+        return len(a & b) / len(a | b)
+
+    first: dict[str, list[set[int]]] = defaultdict(list)
+    other: dict[str, list[set[int]]] = defaultdict(list)
+    for path in sorted(second.glob("*.jsonl")):
+        for t in jc.read_jsonl(path):
+            other[str(t["person"])].append(set(t["members"]))
+    for person in other:
+        for t in jc.read_jsonl(HERE / "themes" / f"{person.split('-')[0]}.jsonl"):
+            if t["person"] == person:
+                first[person].append(set(t["members"]))
+    found = sum(1 for p, ts in first.items() for t in ts if any(jaccard(t, o) >= 0.5 for o in other[p]))
+    matched = sum(1 for p, os in other.items() for o in os if any(jaccard(t, o) >= 0.5 for t in first[p]))
+    n_first, n_other = sum(map(len, first.values())), sum(map(len, other.values()))
+    out = {"people": len(other), "themes_first": n_first, "themes_second": n_other,
+           "recall": round(found / n_first, 4) if n_first else 0.0,
+           "precision": round(matched / n_other, 4) if n_other else 0.0}
+    print(json.dumps(out))
+    return out
+
+
 def main(argv: list[str]) -> None:
-    if not argv or argv[0] not in ("nominate", "batches", "collect"):
+    if not argv or argv[0] not in ("nominate", "batches", "collect", "themes-agreement"):
         sys.exit(__doc__)
-    if argv[0] == "nominate":
+    if argv[0] == "themes-agreement":
+        themes_agreement()
+    elif argv[0] == "nominate":
         nominate()
     elif argv[0] == "batches":
         batches(Path(argv[1]), int(argv[2]))
