@@ -555,10 +555,11 @@ _PERSON_VERBS = frozenset(("said", "says", "told", "tells", "thinks", "feels", "
                            "asks", "mentioned", "believes", "hopes", "decided", "suggested", "suggests"))
 
 
-def people_names(texts: Sequence[str]) -> frozenset[str]:
+def people_names(texts: Sequence[str], names: frozenset[str] | None = None) -> frozenset[str]:
     """The proper names that act like people's: they own something ("Esi's bakery") or say, feel and
-    want things ("Esi thinks ..."); places, clubs and tools mostly do neither."""
-    names = proper_names(texts)
+    want things ("Esi thinks ..."); places, clubs and tools mostly do neither. `names`: the texts'
+    `proper_names`, when the caller has them."""
+    names = proper_names(texts) if names is None else names
     out: set[str] = set()
     for t in texts:
         words = _NAME.findall(t)
@@ -855,7 +856,7 @@ def find_themes(user_memories: Sequence[Memory], embed: Embed) -> list[Theme]:
     terms_all = _canonical([content_words(m.text, ignore) for m in mems])
     done = plans_done(mems, _unit(vectors_all - vectors_all.mean(axis=0)), terms_all, term_weights(terms_all))
     names = proper_names([m.text for m in mems])
-    people = people_names([m.text for m in mems])
+    people = people_names([m.text for m in mems], names)
     keep = [i for i, m in enumerate(mems)
             if lean_all[i] < NOT_EVIDENCE_MARGIN and i not in done and not about_someone_else(m.text, person, names)]
     mems = [mems[i] for i in keep]
@@ -864,7 +865,7 @@ def find_themes(user_memories: Sequence[Memory], embed: Embed) -> list[Theme]:
         return []
     terms = _canonical([content_words(m.text, ignore) for m in mems])
     weights = term_weights(terms)
-    vectors = _vectors(mems, embed)
+    vectors = vectors_all[keep]  # unit rows already: no second embedding of memories without a vector
     centred = _unit(vectors - vectors.mean(axis=0))
     direct = content_affinity(vectors, terms, _hints(embed).mean(axis=0))
     profiles = topic_profiles(vectors, embed)
@@ -1069,6 +1070,7 @@ def thread_phrase(texts: Sequence[str], shared: Sequence[str], person: str, phra
     the two-word phrase around it that two or more members use ("book club", "Rennend Lombok"); a verb
     right after the person ("Ana runs ...") is named as an activity ("running"). "" for none."""
     subjects = {person.lower(), "user", "i", "he", "she", "they", "we"}
+    before_verb = subjects | _ADVERB_SET
     for term in shared:
         if term.isdigit() or len(term) < 3 or term == person.lower() or term in _NOT_THREADS:
             continue
@@ -1082,7 +1084,7 @@ def thread_phrase(texts: Sequence[str], shared: Sequence[str], person: str, phra
                     continue
                 word = tok if k and tok[:1].isupper() else tok.lower()
                 singles[word] += 1
-                if (k == 0 or toks[k - 1].lower() in subjects | _ADVERB_SET) and not word.endswith("ing"):
+                if (k == 0 or toks[k - 1].lower() in before_verb) and not word.endswith("ing"):
                     verbs += 1
                 for a, b in ((toks[k - 1] if k else "", word), (word, toks[k + 1] if k + 1 < len(toks) else "")):
                     other = a if b == word else b
