@@ -1117,7 +1117,7 @@ def _lead(person: str, thread: str, texts: Sequence[str], dates: Sequence[str]) 
     if len(months) >= 2:
         (y0, m0), (y1, m1) = (map(int, months[0].split("-")), map(int, months[-1].split("-")))
         n = (y1 - y0) * 12 + m1 - m0 + 1
-        span = f"{_month(months[0] + '-01')} to {_month(months[-1] + '-01')}"
+        span = f"{_month(months[0])} to {_month(months[-1])}"
     if not thread:
         return f"Several of {owner} memories belong together" + (f" ({span})" if span else "")
     topic = thread[:1].upper() + thread[1:]
@@ -1140,7 +1140,7 @@ def _lead(person: str, thread: str, texts: Sequence[str], dates: Sequence[str]) 
     if span:
         return f"{person} has kept coming back to {named} for {n} months, from {span}"
     if months:
-        return f"{person} came back to {named} again and again in {_month(months[0] + '-01')}"
+        return f"{person} came back to {named} again and again in {_month(months[0])}"
     return f"{topic} comes up again and again in {owner} memories"
 
 
