@@ -90,3 +90,27 @@ def test_the_graph_is_built_once_into_the_cache(tmp_path: Path, monkeypatch: pyt
 def test_an_unknown_backend_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="unknown embedding backend"):
         Embedder(backend="tensorflow")
+
+
+def test_a_texts_vector_does_not_depend_on_the_padding_of_its_batch(tmp_path: Path) -> None:
+    """The graph packs padding away between attentions: a short text batched with a long one (mostly
+    padding) gets the vector and word vectors it gets alone, and the same as the plain-op graph's."""
+    import onnxruntime as ort
+
+    short, long_text = TEXTS[6], TEXTS[-1]
+    embedder = Embedder(backend="onnx", threads=2)
+    alone_vec, alone_feats = embedder.encode_with_features([short])
+    both_vec, both_feats = embedder.encode_with_features([long_text, short])
+    assert float(cosines(alone_vec, both_vec[1:])[0]) > 0.99999
+    assert np.abs(alone_feats[0].vecs - both_feats[1].vecs).max() < 1e-4
+
+    plain = tmp_path / "plain.onnx"
+    onnx_model.build(Path(model_path()), plain, quantized=False, fused=False)
+    tokens = embedder.backend.tokenizer.encode_batch([long_text, short])  # type: ignore[attr-defined]
+    feeds = {"input_ids": np.array([t.ids for t in tokens], np.int64),
+             "attention_mask": np.array([t.attention_mask for t in tokens], np.int64)}
+    ref = ort.InferenceSession(str(plain), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    ours = embedder.backend.session.run(None, feeds)[0]  # type: ignore[attr-defined]
+    real = feeds["attention_mask"].astype(bool)
+    assert np.abs(ours[real] - ref[real]).max() < 1e-3
+    assert not ours[~real].any()  # padding rows come back as zeros, never computed
