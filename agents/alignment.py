@@ -155,6 +155,12 @@ class Coverage:
 def coverage(other: TokenFeatures, kept: TokenFeatures, threshold: float = WORD_MATCH) -> Coverage:
     """Does `kept` say everything `other` says? Each of `other`'s content words needs a counterpart."""
     best_of = (other.vecs @ kept.vecs.T).max(axis=1) if len(other.words) and len(kept.words) else None
+    return _coverage(other, kept, best_of, threshold)
+
+
+def _coverage(other: TokenFeatures, kept: TokenFeatures, best_of: np.ndarray | None,
+              threshold: float = WORD_MATCH) -> Coverage:
+    """`coverage` from each of `other`'s words' best cosine in `kept` (None when either has no words)."""
     missing: list[str] = []
     weakest = 1.0
     required = 0
@@ -175,19 +181,71 @@ def coverage(other: TokenFeatures, kept: TokenFeatures, threshold: float = WORD_
     return Coverage(missing=tuple(missing), weakest=round(weakest, 4), required=required)
 
 
+@dataclass(frozen=True)
+class PairAlignment:
+    """Two statements' words against each other, from one similarity matrix: what each reading of a
+    pair needs (coverage both ways, each word's best match, the words neither side matches)."""
+
+    a: TokenFeatures
+    b: TokenFeatures
+    sims: np.ndarray
+    """[a's words, b's words] contextual cosines (empty when either has no words)."""
+
+    @cached_property
+    def best_of_a(self) -> np.ndarray | None:
+        """Each of a's words' best cosine in b."""
+        return self.sims.max(axis=1) if self.sims.size else None
+
+    @cached_property
+    def best_of_b(self) -> np.ndarray | None:
+        return self.sims.max(axis=0) if self.sims.size else None
+
+    @cached_property
+    def a_in_b(self) -> Coverage:
+        """Does b say everything a says?"""
+        return _coverage(self.a, self.b, self.best_of_a)
+
+    @cached_property
+    def b_in_a(self) -> Coverage:
+        return _coverage(self.b, self.a, self.best_of_b)
+
+    def unmatched(self) -> tuple[list[int], list[int]]:
+        """a's and b's words with no counterpart in the other: no same stem, no cosine at `WORD_MATCH`."""
+        if not self.sims.size:
+            return [], []
+        best_a, best_b = self.best_of_a, self.best_of_b
+        assert best_a is not None and best_b is not None
+        un_a = [i for i, s in enumerate(self.a.stems) if best_a[i] < WORD_MATCH and not self.b.stem_match(s)]
+        un_b = [j for j, s in enumerate(self.b.stems) if best_b[j] < WORD_MATCH and not self.a.stem_match(s)]
+        return un_a, un_b
+
+
+def align(a: TokenFeatures, b: TokenFeatures) -> PairAlignment:
+    """The pair's similarity matrix, computed once."""
+    sims = a.vecs @ b.vecs.T if len(a.words) and len(b.words) else np.zeros((len(a.words), len(b.words)), np.float32)
+    return PairAlignment(a, b, sims)
+
+
 class CoverageMemo:
-    """`coverage` remembered per pair of feature objects, for one judging pass: the rule judge and the
-    learned judge's features both align the same pairs. Keyed by identity: use it only while the
-    features it saw are alive (one `judge` call), then drop it."""
+    """Each pair of feature objects aligned once, for one judging pass: the rule judge and the learned
+    judge's features read the same pairs, both ways. Keyed by identity: use it only while the features
+    it saw are alive (one `judge` call), then drop it."""
 
     def __init__(self) -> None:
-        self._seen: dict[tuple[int, int], tuple[TokenFeatures, TokenFeatures, Coverage]] = {}
+        self._seen: dict[tuple[int, int], PairAlignment] = {}
+
+    def pair(self, a: TokenFeatures, b: TokenFeatures) -> tuple[PairAlignment, bool]:
+        """The alignment of a and b, and whether it is held as (b, a)."""
+        hit = self._seen.get((id(a), id(b)))
+        if hit is not None and hit.a is a and hit.b is b:
+            return hit, False
+        hit = self._seen.get((id(b), id(a)))
+        if hit is not None and hit.a is b and hit.b is a:
+            return hit, True
+        pair = align(a, b)
+        self._seen[(id(a), id(b))] = pair
+        return pair, False
 
     def __call__(self, other: TokenFeatures, kept: TokenFeatures) -> Coverage:
-        key = (id(other), id(kept))
-        hit = self._seen.get(key)
-        if hit is not None and hit[0] is other and hit[1] is kept:
-            return hit[2]
-        cov = coverage(other, kept)
-        self._seen[key] = (other, kept, cov)
-        return cov
+        pair, flipped = self.pair(other, kept)
+        return pair.b_in_a if flipped else pair.a_in_b

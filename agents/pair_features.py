@@ -78,31 +78,42 @@ def one_session(new: Memory, old: Memory) -> bool:
 Cover = Callable[[al.TokenFeatures, al.TokenFeatures], al.Coverage]
 
 
-def _align(other: al.TokenFeatures | None, kept: al.TokenFeatures | None,
-           cover: Cover = al.coverage) -> tuple[float, float, float, float]:
-    """(full, fraction of other's words missing in kept, weakest match, mean best match)."""
-    if other is None or kept is None or not other.words:
-        return 0.0, 1.0, 0.0, 0.0
-    cov = cover(other, kept)
-    if len(kept.words):
-        best = (other.vecs @ kept.vecs.T).max(axis=1)
-        mean = float(np.clip(best, 0.0, 1.0).mean())
-    else:
-        mean = 0.0
+def _alignment(fn: al.TokenFeatures, fo: al.TokenFeatures, cover: Cover) -> tuple[al.PairAlignment, bool]:
+    """The pair's alignment, from the judging pass's memo when `cover` is one (aligned once for both
+    judges), and whether it is held as (fo, fn)."""
+    if isinstance(cover, al.CoverageMemo):
+        return cover.pair(fn, fo)
+    return al.align(fn, fo), False
+
+
+def _align(cov: al.Coverage, best: np.ndarray | None) -> tuple[float, float, float, float]:
+    """(full, fraction of the words missing in the other, weakest match, mean best match) of one
+    direction: `cov` and each word's best cosine in the other statement."""
+    mean = float(np.clip(best, 0.0, 1.0).mean()) if best is not None else 0.0
     missing = len(cov.missing) / max(cov.required, 1)
     return float(cov.full), float(missing), float(max(cov.weakest, 0.0)), mean
 
 
-def _unmatched(fn: al.TokenFeatures | None, fo: al.TokenFeatures | None) -> tuple[float, float, float]:
+def _readings(fn: al.TokenFeatures | None, fo: al.TokenFeatures | None,
+              cover: Cover) -> tuple[list[float], list[float]]:
+    """Both directions of `_align` (old in new, new in old) and `_unmatched`, from one alignment."""
+    if fn is None or fo is None:
+        return [0.0, 1.0, 0.0, 0.0] * 2, [0.0, 0.0, 0.0]
+    pair, flipped = _alignment(fn, fo, cover)
+    n_in_o, best_n = (pair.b_in_a, pair.best_of_b) if flipped else (pair.a_in_b, pair.best_of_a)
+    o_in_n, best_o = (pair.a_in_b, pair.best_of_a) if flipped else (pair.b_in_a, pair.best_of_b)
+    aligned = [*(_align(o_in_n, best_o) if fo.words else (0.0, 1.0, 0.0, 0.0)),
+               *(_align(n_in_o, best_n) if fn.words else (0.0, 1.0, 0.0, 0.0))]
+    return aligned, _unmatched(pair, flipped)
+
+
+def _unmatched(pair: al.PairAlignment, flipped: bool) -> list[float]:
     """Words of each side with no counterpart in the other, and how alike the closest two of them are:
     one value put in another's place ("Lisbon" / "Porto", "tea" / "coffee") is what an update looks like."""
-    if fn is None or fo is None or not len(fn.words) or not len(fo.words):
-        return 0.0, 0.0, 0.0
-    sims = fn.vecs @ fo.vecs.T
-    un_n = [i for i, s in enumerate(fn.stems) if not fo.stem_match(s) and sims[i].max() < al.WORD_MATCH]
-    un_o = [j for j, s in enumerate(fo.stems) if not fn.stem_match(s) and sims[:, j].max() < al.WORD_MATCH]
-    sub = float(sims[np.ix_(un_n, un_o)].max()) if un_n and un_o else 0.0
-    return float(len(un_n)), float(len(un_o)), sub
+    un_a, un_b = pair.unmatched()
+    sub = float(pair.sims[np.ix_(un_a, un_b)].max()) if un_a and un_b else 0.0
+    un_n, un_o = (un_b, un_a) if flipped else (un_a, un_b)
+    return [float(len(un_n)), float(len(un_o)), sub]
 
 
 class _Facts(NamedTuple):
@@ -144,13 +155,12 @@ def scalars(new: Memory, old: Memory, fn: al.TokenFeatures | None, fo: al.TokenF
     tp_n, tp_o = n.third_parties, o.third_parties
     days = _days_apart(new, old)
     session = one_session(new, old)
-    un_n, un_o, sub = _unmatched(fn, fo)
+    aligned, unmatched = _readings(fn, fo, cover)
     change = float(tf.has_change_cue(nt, ot))
     family = why.split(":", 1)[0]
     return [
         cos, exact,
-        *_align(fo, fn, cover), *_align(fn, fo, cover),
-        un_n, un_o, sub, float(bool(names_n - names_o) and bool(names_o - names_n)),
+        *aligned, *unmatched, float(bool(names_n - names_o) and bool(names_o - names_n)),
         math.log1p(wn), math.log1p(wo), (wn + 1) / (wo + 1),
         float(len(names_n - names_o)), float(len(names_o - names_n)),
         float(len(nums_n - nums_o)), float(len(nums_o - nums_n)),

@@ -78,6 +78,10 @@ class OnnxBackend:
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
+        # The model's threads share the cores with the deciding thread (and, in a worker, Kafka's): idle
+        # threads that spin for work take a core from it. Measured on 2 cores: 7% more events/s in the
+        # pipeline, the model alone the same at 256 texts a call (6% slower at 32).
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(str(onnx_model.graph_path(folder, quantized)), options,
                                             providers=["CPUExecutionProvider"])
         self.tokenizer = Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))

@@ -134,3 +134,26 @@ def test_corpus_splits_keep_every_writer_in_every_split_and_revoice_subjects() -
     assert revoiced("I moved to Berlin.", None) == "User moved to Berlin."
     assert revoiced("Kofi's son Yaw is 3.", "Kofi") == "User's son Yaw is 3."
     assert person_name(["Darius lives in Toronto.", "Darius's sister is a nurse.", "The bank hired him."]) == "Darius"
+
+
+@pytest.mark.parametrize(("older", "newer"), [
+    ("User lives in Lisbon and works as a nurse.", "User moved to Porto in March."),
+    ("Drinks tea every morning.", "Switched from tea to coffee in the mornings."),
+    ("Has a dog named Rex.", "Has a dog."),
+])
+def test_one_alignment_per_pair_gives_every_reading_both_ways(embedder, older: str, newer: str) -> None:  # type: ignore[no-untyped-def]
+    """The judging pass aligns a pair once (`CoverageMemo`), whichever judge asks first and in which
+    direction; the readings are those of aligning each way afresh."""
+    from dreamstream.agents import alignment as al
+
+    _, (fo, fn) = embedder.encode_with_features([older, newer])
+    old = Memory(memory_id="m-1", user_id="u-1", text=older, created_at="2025-01-01T00:00:00Z",
+                 updated_at="2025-01-01T00:00:00Z")
+    new = Memory(memory_id="m-2", user_id="u-1", text=newer, created_at="2025-06-01T00:00:00Z",
+                 updated_at="2025-06-01T00:00:00Z")
+    fresh = pf.pair_vector(new, old, fn, fo, "unrelated", "no_evidence")
+    for first in ((fo, fn), (fn, fo)):  # the rule judge asks old-in-new first; the features new-in-old
+        memo = al.CoverageMemo()
+        memo(*first)
+        assert np.array_equal(pf.pair_vector(new, old, fn, fo, "unrelated", "no_evidence", memo), fresh)
+        assert memo(fo, fn) == al.coverage(fo, fn) and memo(fn, fo) == al.coverage(fn, fo)
