@@ -14,7 +14,7 @@ MiniLM enters through what it measures of the pair:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -75,15 +75,11 @@ def one_session(new: Memory, old: Memory) -> bool:
     return days is None or abs(days) * 86400.0 < SESSION_GAP_S
 
 
-Cover = Callable[[al.TokenFeatures, al.TokenFeatures], al.Coverage]
-
-
-def _alignment(fn: al.TokenFeatures, fo: al.TokenFeatures, cover: Cover) -> tuple[al.PairAlignment, bool]:
-    """The pair's alignment, from the judging pass's memo when `cover` is one (aligned once for both
-    judges), and whether it is held as (fo, fn)."""
-    if isinstance(cover, al.CoverageMemo):
-        return cover.pair(fn, fo)
-    return al.align(fn, fo), False
+def _alignment(fn: al.TokenFeatures, fo: al.TokenFeatures,
+               memo: al.CoverageMemo | None) -> tuple[al.PairAlignment, bool]:
+    """The pair's alignment, from the judging pass's memo when given (aligned once for both judges),
+    and whether it is held as (fo, fn)."""
+    return memo.pair(fn, fo) if memo is not None else (al.align(fn, fo), False)
 
 
 def _align(cov: al.Coverage, best: np.ndarray | None) -> tuple[float, float, float, float]:
@@ -95,11 +91,11 @@ def _align(cov: al.Coverage, best: np.ndarray | None) -> tuple[float, float, flo
 
 
 def _readings(fn: al.TokenFeatures | None, fo: al.TokenFeatures | None,
-              cover: Cover) -> tuple[list[float], list[float]]:
+              memo: al.CoverageMemo | None) -> tuple[list[float], list[float]]:
     """Both directions of `_align` (old in new, new in old) and `_unmatched`, from one alignment."""
     if fn is None or fo is None:
         return [0.0, 1.0, 0.0, 0.0] * 2, [0.0, 0.0, 0.0]
-    pair, flipped = _alignment(fn, fo, cover)
+    pair, flipped = _alignment(fn, fo, memo)
     n_in_o, best_n = (pair.b_in_a, pair.best_of_b) if flipped else (pair.a_in_b, pair.best_of_a)
     o_in_n, best_o = (pair.a_in_b, pair.best_of_a) if flipped else (pair.b_in_a, pair.best_of_b)
     aligned = [*(_align(o_in_n, best_o) if fo.words else (0.0, 1.0, 0.0, 0.0)),
@@ -143,8 +139,9 @@ def _facts(text: str) -> _Facts:
 
 
 def scalars(new: Memory, old: Memory, fn: al.TokenFeatures | None, fo: al.TokenFeatures | None,
-            rule: str, why: str, cover: Cover = al.coverage) -> list[float]:
-    """The evidence, in `SCALAR_NAMES` order; `rule` / `why` are the rule judge's relation and rule name."""
+            rule: str, why: str, memo: al.CoverageMemo | None = None) -> list[float]:
+    """The evidence, in `SCALAR_NAMES` order; `rule` / `why` are the rule judge's relation and rule name;
+    `memo` is the judging pass's (the rule judge aligned the same pair)."""
     cos = float(np.dot(_vec(new), _vec(old)))
     nt, ot = new.text, old.text
     n, o = _facts(nt), _facts(ot)
@@ -155,7 +152,7 @@ def scalars(new: Memory, old: Memory, fn: al.TokenFeatures | None, fo: al.TokenF
     tp_n, tp_o = n.third_parties, o.third_parties
     days = _days_apart(new, old)
     session = one_session(new, old)
-    aligned, unmatched = _readings(fn, fo, cover)
+    aligned, unmatched = _readings(fn, fo, memo)
     change = float(tf.has_change_cue(nt, ot))
     family = why.split(":", 1)[0]
     return [
@@ -178,9 +175,9 @@ def scalars(new: Memory, old: Memory, fn: al.TokenFeatures | None, fo: al.TokenF
 
 
 def pair_vector(new: Memory, old: Memory, fn: al.TokenFeatures | None, fo: al.TokenFeatures | None,
-                rule: str, why: str = "", cover: Cover = al.coverage) -> np.ndarray:
+                rule: str, why: str = "", memo: al.CoverageMemo | None = None) -> np.ndarray:
     """The whole feature vector of one pair (`N_FEATURES` floats)."""
-    return np.asarray(scalars(new, old, fn, fo, rule, why, cover), np.float32)
+    return np.asarray(scalars(new, old, fn, fo, rule, why, memo), np.float32)
 
 
 def matrix(rows: Sequence[np.ndarray]) -> np.ndarray:

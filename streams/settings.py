@@ -186,7 +186,11 @@ class Settings(_EnvSettings):
     batch_size: int = Field(default=256, validation_alias="DREAM_BATCH_SIZE")
     """Events per ingest batch at most (fewer when DREAM_BATCH_WITHIN passes first): a batch's store reads
     and writes are a few calls, and the model embeds its next chunk while one is decided."""
-    batch_within: float = Field(default=0.5, validation_alias="DREAM_BATCH_WITHIN")
+    batch_within: float = Field(default=0.05, validation_alias="DREAM_BATCH_WITHIN")
+    """Seconds a batch waits to fill. Faust's take waits this long after every batch unless the batch
+    is full, even with events already waiting, and the worker is idle meanwhile: at 74 events/s a wait
+    of 0.3 s held p95 latency at 3.5 s, 0.05 s at 0.48 s. Under a backlog a batch still fills within
+    the wait (about 220 events a batch, the same events/s)."""
     session_timeout: float = Field(default=30.0, validation_alias="DREAM_SESSION_TIMEOUT")
     """Seconds before the group gives a silent worker's partitions away: a crashed worker's
     replacement waits this long for them (Faust's default is 60)."""

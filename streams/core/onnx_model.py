@@ -130,8 +130,12 @@ def _graph(model_dir: Path, overrides: Mapping[str, np.ndarray]) -> Any:
     counter = iter(range(1_000_000))
 
     def const(name: str, value: np.ndarray) -> str:
-        if name not in inits:
-            inits[name] = numpy_helper.from_array(np.ascontiguousarray(value, dtype=value.dtype), name)
+        """An initializer; a name asked for again (the packing's shapes) must hold the same value."""
+        if name in inits:
+            if not np.array_equal(numpy_helper.to_array(inits[name]), value):
+                raise ValueError(f"two different values named {name!r} in the graph")
+            return name
+        inits[name] = numpy_helper.from_array(np.ascontiguousarray(value, dtype=value.dtype), name)
         return name
 
     def weight(name: str) -> str:
@@ -287,8 +291,8 @@ def _model(nodes: list[Any], inits: list[Any], last: str, hidden: int, fused: bo
 
 
 def fused_ops(path: str | os.PathLike[str]) -> dict[str, int]:
-    """How many of each fused op a built graph holds, and how often it unpacks its packed tokens for an
-    attention ("unpack"): what `make bench` reports."""
+    """How many of each fused op a built graph holds, and how often it unpacks its packed tokens
+    ("unpack": once per attention and once for the output): what `make bench` reports."""
     import onnx
 
     counts: dict[str, int] = {}

@@ -55,7 +55,7 @@ def test_defaults() -> None:
     s = load()
     assert (s.app_id, s.broker, s.store_dir, s.data_dir) == (
         "dreamstream", "kafka://127.0.0.1:9092", str(Path("var", "store")), str(Path("var", "faust")))
-    assert (s.batch_size, s.batch_within, s.session_timeout, s.stall_seconds) == (256, 0.5, 30.0, 30.0)
+    assert (s.batch_size, s.batch_within, s.session_timeout, s.stall_seconds) == (256, 0.05, 30.0, 30.0)
     assert (s.http_host, s.http_port, s.synthesis_check_seconds, s.llm_timeout) == ("127.0.0.1", 6066, 60.0, 10.0)
     assert (s.judge, s.synthesis_text, s.synthesis_cadence, s.synthesis_cadence_days) == (
         "learned", "offline", "weekly", 7.0)
