@@ -439,8 +439,18 @@ evaluative words of feelings and values: none of them is concrete content two me
 
 _TOKEN = re.compile(r"[A-Za-z][A-Za-z0-9'’\-]*[A-Za-z0-9]|[A-Za-z]|\d+(?:[.,]\d+)?")
 _LEAD = re.compile(r"\s*([A-Za-z][a-z]+(?:-[A-Za-z][a-z]+)?)('s|’s)?\b")
-_NOT_NAMES = frozenset(_STOP | {"user", "the", "my", "our", "goal", "new", "old", "about", "after",
-                                "before", "when", "while", "since", "during", "every", "each"})
+_IMPERATIVES = frozenset((
+    "use", "prefer", "write", "run", "avoid", "add", "keep", "make", "put", "check", "follow", "install", "call",
+    "set", "try", "remember", "note", "ensure", "create", "update", "delete", "remove", "format", "commit", "push",
+    "deploy", "build", "document", "import", "export", "return", "read", "open", "close", "start", "stop", "split",
+    "include", "ask", "let", "see", "get", "give", "take", "send", "save", "pin", "test", "lint", "ship", "review",
+    "refactor", "rename", "move", "mock", "skip", "treat", "wrap", "log",
+))
+"""Verbs a coding agent's notes lead with ("Write tests first", "Use pnpm"): never a person's name.
+Verbs that are also common names (Mark, Will, Bill, Sue, Pat, Drew) are not listed."""
+_NOT_NAMES = frozenset(_STOP | _IMPERATIVES | {"user", "the", "my", "our", "goal", "new", "old", "about",
+                                               "after", "before", "when", "while", "since", "during", "every",
+                                               "each"})
 
 
 def _stem(word: str) -> str:

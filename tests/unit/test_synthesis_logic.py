@@ -240,6 +240,10 @@ def test_person_name_as_the_sources_say_it() -> None:
     assert syn.person_name(["Ada lives in Porto.", "Ada's dog is old.", "Ada likes tea."]) == "Ada"
     assert syn.person_name(["ada lives in porto", "ada's dog is old", "likes tea"]) == "Ada"
     assert syn.person_name(["User lives in Porto.", "I like tea.", "Bought a lens.", "Bought a bag."]) == "User"
+    # A coding agent's notes lead with imperatives: "Write" is no person.
+    assert syn.person_name(["Write the failing test first.", "Write integration tests for every endpoint.",
+                            "Use pnpm, not npm."]) == "User"
+    assert syn.person_name(["Mark runs the release.", "Mark's team ships on Fridays.", "Mark prefers tabs."]) == "Mark"
 
 
 def test_no_pattern_when_memories_share_no_concrete_content(embed: Embed) -> None:
