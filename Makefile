@@ -76,9 +76,10 @@ bench-quality: install-dev
 	$(PY) bench/quality.py --synthesis
 
 # The learned judge from the labelled corpus (bench/corpus): seeded, CPU only, a few minutes; writes
-# streams/core/models/judge.{onnx,json}. It never reads the sealed test split.
+# streams/core/models/judge.{onnx,json}. It never reads the sealed test split. ARGS=--head-only keeps the
+# shipped cross-encoder; ARGS=--calibrate keeps both models and recomputes the thresholds only.
 train-judge: install-dev
-	$(PY) -m dreamstream.streams.dev.train_judge
+	$(PY) -m dreamstream.streams.dev.train_judge $(ARGS)
 
 # The fault campaign on the local broker (bench/faults.py): SIGKILLs, each apply step, broker restarts,
 # a full disk and a read-only store, a CLI on the worker's store. About 15 minutes; prints one line each.

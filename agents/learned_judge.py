@@ -84,6 +84,12 @@ class Thresholds:
     a plan done) and the head alone says this: the rules carry what the cross-encoder may miss."""
     supersede_review: float = 1.01
     target: float = 0.97
+    floor: float = -1.0
+    """Sentence cosine below which a pair is not read at all: the judge takes no action and proposes
+    nothing there. Set by calibration below the least similar pair it acted on or proposed (`make
+    train-judge`); two thirds of a new memory's nearest facts are below it, and reading them cost a
+    quarter of the judge's time. An exact restatement, and a pair with an update's cue (`pair_features.update_cued`),
+    is read however its vectors compare."""
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Thresholds:
@@ -124,7 +130,23 @@ class LearnedJudge:
     session_veto: bool = False
     """An update within one conversation is the model's call (it sees the session), not a blanket veto."""
 
+    def reads(self, new: Memory, old: Memory, cos: float | None = None) -> bool:
+        """Whether the judge reads this pair at all (`Thresholds.floor`): from the vectors and texts alone."""
+        return ((pf.cosine(new, old) if cos is None else cos) >= self.thresholds.floor
+                or pf.norm_words(old.text) == pf.norm_words(new.text) or pf.update_cued(new.text, old.text))
+
     def judge(self, new: Memory, candidates: Sequence[Memory]) -> list[Verdict]:
+        if not candidates:
+            return []
+        cos = [pf.cosine(new, c) for c in candidates]
+        read = [i for i, (c, x) in enumerate(zip(candidates, cos, strict=True)) if self.reads(new, c, x)]
+        out = [below_floor(c, x) for c, x in zip(candidates, cos, strict=True)]
+        for i, verdict in zip(read, self._read(new, [candidates[i] for i in read]), strict=True):
+            out[i] = verdict
+        return out
+
+    def _read(self, new: Memory, candidates: Sequence[Memory]) -> list[Verdict]:
+        """Both models and the rules on the pairs above the floor."""
         if not candidates:
             return []
         feats = self.rules.features([new, *candidates])
@@ -144,6 +166,11 @@ class LearnedJudge:
         rel, conf, why, new_fuller = decide_pair(s, scores(probs if head is None else head), ruled.relation,
                                                  ruled.rule, ruled.scores.get("cos", 0.0), self.thresholds)
         return Verdict(old.memory_id, rel, round(conf, 4), f"learned:{why}", shown, new_fuller)
+
+
+def below_floor(old: Memory, cos: float) -> Verdict:
+    """A pair the judge does not read (`Thresholds.floor`): unrelated, with its similarity as evidence."""
+    return Verdict(old.memory_id, "unrelated", round(1.0 - cos, 4), "learned:below_floor", {"cos": round(cos, 4)})
 
 
 VETOES = frozenset(("different_subject", "roles_swapped", "polarity_differs"))

@@ -23,7 +23,7 @@ import numpy as np
 from dreamstream.agents import alignment as al
 from dreamstream.agents import text_features as tf
 from dreamstream.agents import update_cues as uc
-from dreamstream.schemas.memory import EMBEDDING_DIM, Memory, parse_time
+from dreamstream.schemas.memory import Memory, parse_time
 
 RULE_RELATIONS = ("same", "replaces", "unrelated", "review_same", "review_replaces")
 RULE_FAMILIES = (
@@ -52,10 +52,37 @@ N_FEATURES = len(SCALAR_NAMES)
 SESSION_GAP_S = 3600.0
 
 
-def _vec(m: Memory) -> np.ndarray:
-    if m.vector is None:
-        return np.zeros(EMBEDDING_DIM, np.float32)
-    return np.asarray(m.vector, np.float32)
+def cosine(new: Memory, old: Memory) -> float:
+    """The two sentence vectors' cosine (they are unit length); 0 where either has none."""
+    if new.vector is None or old.vector is None:
+        return 0.0
+    return float(np.dot(np.asarray(new.vector, np.float32), np.asarray(old.vector, np.float32)))
+
+
+@lru_cache(maxsize=8192)
+def norm_words(text: str) -> tuple[str, ...]:
+    """A text's words as the exact-restatement rule compares them (read once per text)."""
+    return tf.words(text)
+
+
+class _Cues(NamedTuple):
+    slots: frozenset[str]
+    change: bool
+    """An end, a change marker, or a report of something done: what an update says."""
+
+
+@lru_cache(maxsize=8192)
+def _cues(text: str) -> _Cues:
+    return _Cues(frozenset(uc.slots(text)), bool(uc.endings(text)) or tf.has_change_cue(text)
+                 or bool(uc.reports_done(text)))
+
+
+def update_cued(new_text: str, old_text: str) -> bool:
+    """Whether the pair carries a cue the rules read an update from, whatever its sentence similarity:
+    both fill one single-valued slot ("I live in Boston" / "Talia currently lives in Melbourne", cosine
+    0.19 across two voices), or the newer one reports an end, a change or something done. Read per text."""
+    n, o = _cues(new_text), _cues(old_text)
+    return bool(n.slots & o.slots) or n.change
 
 
 def _days_apart(new: Memory, old: Memory) -> float | None:
@@ -142,7 +169,7 @@ def scalars(new: Memory, old: Memory, fn: al.TokenFeatures | None, fo: al.TokenF
             rule: str, why: str, memo: al.CoverageMemo | None = None) -> list[float]:
     """The evidence, in `SCALAR_NAMES` order; `rule` / `why` are the rule judge's relation and rule name;
     `memo` is the judging pass's (the rule judge aligned the same pair)."""
-    cos = float(np.dot(_vec(new), _vec(old)))
+    cos = cosine(new, old)
     nt, ot = new.text, old.text
     n, o = _facts(nt), _facts(ot)
     exact = float(" ".join(n.words) == " ".join(o.words))

@@ -1,6 +1,6 @@
 """`make train-judge`: distil the labelled corpus into the learned judge, seeded, on CPU.
 
-    python -m dreamstream.streams.dev.train_judge [--head-only] [--json]
+    python -m dreamstream.streams.dev.train_judge [--head-only | --calibrate] [--json]
 
 Reads bench/corpus (streams, labels), embeds every memory with the product's model, and on the
 train split's pairs:
@@ -11,8 +11,10 @@ train split's pairs:
    minutes on two cores; `--head-only` keeps the shipped one.
 Then it calibrates the thresholds on the calibration split, through the shipped ONNX graphs and
 the judge's own combination (`learned_judge.probabilities`): automatic where precision >= 0.97,
-review where a proposal is right at least `REVIEW_TARGET` of the time. It writes
-streams/core/models/judge.{onnx,json} and cross.safetensors. The sealed test split is never read.
+review where a proposal is right at least `REVIEW_TARGET` of the time; below the least similar pair it
+acted on or proposed (less `FLOOR_MARGIN`), the judge does not read a pair at all. It writes
+streams/core/models/judge.{onnx,json} and cross.safetensors (`--calibrate` only judge.json's thresholds,
+from the shipped models). The sealed test split is never read.
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ REVIEW_TARGET = 0.85
 0.1 for supersede proposals on real conversations (bench/audits/real-locomo-reviews.jsonl)."""
 MIN_AUTO = 5
 """An automatic threshold needs at least this many calibration decisions above it."""
+FLOOR_MARGIN = 0.1
+"""The judge's floor (`Thresholds.floor`) lies this far below the least similar calibration pair without an
+update's cue that it acted on or proposed: such pairs that far apart are not read at all."""
 
 
 def pair_matrix(pairs: Sequence[dict[str, Any]], mems: dict[str, Any]) -> np.ndarray:
@@ -207,8 +212,8 @@ def tally(s: Sequence[dict[str, float]], h: Sequence[dict[str, float]], ruled: S
     return out
 
 
-def calibrate(probs: np.ndarray, head: np.ndarray, ruled: Sequence[Ruled],
-              cls: Sequence[str]) -> tuple[Thresholds, dict[str, Any]]:
+def calibrate(probs: np.ndarray, head: np.ndarray, ruled: Sequence[Ruled], cls: Sequence[str],
+              cued: Sequence[bool]) -> tuple[Thresholds, dict[str, Any]]:
     """Each threshold in turn, the lowest on `GRID` at which its outcome stays right at least the target
     share of the time (0.97 for an automatic action, with at least `MIN_AUTO` decisions; `REVIEW_TARGET`
     for proposals), evaluated through `decide_pair` on the calibration split."""
@@ -227,6 +232,10 @@ def calibrate(probs: np.ndarray, head: np.ndarray, ruled: Sequence[Ruled],
             if n > before and n >= MIN_AUTO and sure >= target:
                 best = g
         t = replace(t, **{field: best})
+    acted = [cos for si, hi, (relation, rule, cos), cue in zip(s, h, ruled, cued, strict=True)
+             if not cue and decide_pair(si, hi, relation, rule, cos, t)[0] != "unrelated"]
+    if acted:
+        t = replace(t, floor=round(min(acted) - FLOOR_MARGIN, 3))
     got = tally(s, h, ruled, cls, t)
     mergeable = sum(c in ("same_new", "same_old", "same_equal") for c in cls)
     updates = sum(c == "update" for c in cls)
@@ -238,8 +247,11 @@ def calibrate(probs: np.ndarray, head: np.ndarray, ruled: Sequence[Ruled],
             out |= {"of": of, "recall": round(right / of, 4) if of else None}
         return out
 
+    below = sum(cos < t.floor and not cue for (_, _, cos), cue in zip(ruled, cued, strict=True))
     return t, {"merge": fig("merge", mergeable), "supersede": fig("supersede", updates),
-               "merge_review": fig("review_same"), "supersede_review": fig("review_replaces")}
+               "merge_review": fig("review_same"), "supersede_review": fig("review_replaces"),
+               "floor": {"least_similar_acted": round(min(acted), 4) if acted else None,
+                         "pairs_below": below, "of": len(ruled)}}
 
 
 SWAPPED = {"same_new": "same_old", "same_old": "same_new"}
@@ -310,26 +322,68 @@ def train_cross(examples: Sequence[tuple[Memory, Memory, str]], epochs: float = 
 
 @click.command()
 @click.option("--head-only", is_flag=True, help="Keep the shipped cross-encoder; retrain the head only.")
+@click.option("--calibrate", "calibrate_only", is_flag=True,
+              help="Keep both shipped models; recompute the thresholds and the floor only.")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
-def main(head_only: bool, as_json: bool) -> None:
+def main(head_only: bool, calibrate_only: bool, as_json: bool) -> None:
     """Train, calibrate and write the learned judge (streams/core/models/)."""
     import onnxruntime as ort
 
     start = time.perf_counter()
     labels = [p for p in jc.labelled_pairs() if p["split"] in ("train", "calibration")]  # never "test"
+    if calibrate_only:
+        labels = [p for p in labels if p["split"] == "calibration"]
     rows = jc.stream_rows()
     needed = {p["person"] for p in labels}
     click.echo(f"embedding {sum(r['person'] in needed for r in rows)} memories ...", err=True)
     embed = Embedder(batch_size=64)
     mems = jc.by_id(jc.memories([r for r in rows if r["person"] in needed], embed))
-    train = [p for p in labels if p["split"] == "train"]
     cal = [p for p in labels if p["split"] == "calibration"]
+    before = judge_model.MODEL_DIR / "judge.json"
+    shipped: dict[str, Any] = json.loads(before.read_text()) if before.exists() else {}
+    if calibrate_only:
+        graph = (judge_model.MODEL_DIR / "judge.onnx").read_bytes()
+        trained = {k: shipped[k] for k in ("head", "cv_log_loss", "cross_training", "train_pairs", "revoiced_pairs")}
+    else:
+        graph, trained = train(labels, mems, embed, rows, head_only, shipped.get("cross_training", {}))
+    click.echo(f"calibrating on {len(cal)} pairs ...", err=True)
+    session = ort.InferenceSession(graph, providers=["CPUExecutionProvider"])  # the graph as shipped
+    p_head = np.asarray(session.run(None, {"x": pair_matrix(cal, mems)})[0])
+    cross = judge_model.CrossEncoder(judge_model.MODEL_DIR / judge_model.CROSS_FILE, threads=0)
+    texts = [pair_text(mems[p["newer"]], mems[p["older"]]) for p in cal]
+    cls = [p["cls"] for p in cal]
+    ruled = rule_readings(cal, mems)
+    cued = [pf.update_cued(mems[p["newer"]].text, mems[p["older"]].text) for p in cal]
+    th, fig = calibrate(probabilities(p_head, texts, cross), p_head, ruled, cls, cued)
+    _, head_fig = calibrate(p_head, p_head, ruled, cls, cued)
+    meta = {
+        "classes": list(CLASSES), "features": pf.N_FEATURES, "scalars": list(pf.SCALAR_NAMES),
+        "seed": SEED, "cross": True, **trained,
+        "thresholds": asdict(th), "calibration": fig, "calibration_head_alone": head_fig,
+        "calibration_pairs": len(cal),
+        "train_seconds": shipped.get("train_seconds") if calibrate_only else round(time.perf_counter() - start, 1),
+    }
+    before.write_text(json.dumps(meta, indent=2) + "\n")
+    judge_model.load.cache_clear()
+    judge_model.load_cross.cache_clear()
+    if as_json:
+        print(json.dumps(meta, indent=2))
+    else:
+        click.echo(f"head {meta['head']} (cv log-loss {meta['cv_log_loss'][meta['head']]}); thresholds {asdict(th)}")
+        click.echo(f"calibration, head and cross-encoder: {json.dumps(fig)}")
+        click.echo(f"calibration, head alone: {json.dumps(head_fig)}")
+        click.echo(f"wrote {judge_model.MODEL_DIR} in {round(time.perf_counter() - start, 1)} s")
+
+
+def train(labels: Sequence[dict[str, Any]], mems: dict[str, Memory], embed: Embedder, rows: list[dict[str, Any]],
+          head_only: bool, kept: dict[str, Any]) -> tuple[bytes, dict[str, Any]]:
+    """The head (chosen by cross-validation, fitted on the train split) and, unless `head_only`, the
+    cross-encoder; writes both and returns the head's graph and what the training reports."""
+    train = [p for p in labels if p["split"] == "train"]
     revoiced = revoiced_pairs(train, mems, embed, rows)
-    click.echo(f"features of {len(train)} train (+{len(revoiced)} revoiced) and {len(cal)} calibration pairs ...",
-               err=True)
+    click.echo(f"features of {len(train)} train (+{len(revoiced)} revoiced) pairs ...", err=True)
     extra = [p for p in train if p["id"] in revoiced]
     x_tr = np.vstack([pair_matrix(train, mems), features_matrix([revoiced[p["id"]] for p in extra])])
-    x_cal = pair_matrix(cal, mems)
     y_tr = np.array([CLASSES.index(p["cls"]) for p in [*train, *extra]])
     best, losses = choose(x_tr, y_tr, [p["person"] for p in [*train, *extra]])
     mean, scale = _standardise(x_tr)
@@ -339,34 +393,9 @@ def main(head_only: bool, as_json: bool) -> None:
     judge_model.MODEL_DIR.mkdir(parents=True, exist_ok=True)
     (judge_model.MODEL_DIR / "judge.onnx").write_bytes(graph)
     examples = [(*revoiced.get(p["id"], (mems[p["newer"]], mems[p["older"]])), p["cls"]) for p in train]
-    before = judge_model.MODEL_DIR / "judge.json"
-    kept = json.loads(before.read_text()).get("cross_training", {}) if before.exists() else {}
     cross_fig: dict[str, Any] = {**kept, "kept": True} if head_only else train_cross(examples)
-    session = ort.InferenceSession(graph, providers=["CPUExecutionProvider"])  # the graph as shipped
-    p_head = np.asarray(session.run(None, {"x": x_cal})[0])
-    cross = judge_model.CrossEncoder(judge_model.MODEL_DIR / judge_model.CROSS_FILE, threads=0)
-    texts = [pair_text(mems[p["newer"]], mems[p["older"]]) for p in cal]
-    cls = [p["cls"] for p in cal]
-    ruled = rule_readings(cal, mems)
-    th, fig = calibrate(probabilities(p_head, texts, cross), p_head, ruled, cls)
-    _, head_fig = calibrate(p_head, p_head, ruled, cls)
-    meta = {
-        "classes": list(CLASSES), "features": pf.N_FEATURES, "scalars": list(pf.SCALAR_NAMES),
-        "head": best, "cv_log_loss": losses, "seed": SEED, "cross": True, "cross_training": cross_fig,
-        "thresholds": asdict(th), "calibration": fig, "calibration_head_alone": head_fig,
-        "train_pairs": len(train), "revoiced_pairs": len(revoiced), "calibration_pairs": len(cal),
-        "train_seconds": round(time.perf_counter() - start, 1),
-    }
-    (judge_model.MODEL_DIR / "judge.json").write_text(json.dumps(meta, indent=2) + "\n")
-    judge_model.load.cache_clear()
-    judge_model.load_cross.cache_clear()
-    if as_json:
-        print(json.dumps(meta, indent=2))
-    else:
-        click.echo(f"head {best} (cv log-loss {losses[best]}); thresholds {asdict(th)}")
-        click.echo(f"calibration, head and cross-encoder: {json.dumps(fig)}")
-        click.echo(f"calibration, head alone: {json.dumps(head_fig)}")
-        click.echo(f"wrote {judge_model.MODEL_DIR} in {meta['train_seconds']} s")
+    return graph, {"head": best, "cv_log_loss": losses, "cross_training": cross_fig, "train_pairs": len(train),
+                   "revoiced_pairs": len(revoiced)}
 
 
 if __name__ == "__main__":

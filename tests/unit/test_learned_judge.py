@@ -11,7 +11,7 @@ import pytest
 from dreamstream.agents import merge_supersede as ms
 from dreamstream.agents import pair_features as pf
 from dreamstream.agents.learned_judge import CLASSES, LearnedJudge, Thresholds, probabilities
-from dreamstream.schemas.memory import Memory
+from dreamstream.schemas.memory import EMBEDDING_DIM, Memory
 from dreamstream.streams.core import judge_model
 from dreamstream.streams.dev import train_judge
 from dreamstream.streams.dev.judge_corpus import person_name, revoiced, split_of
@@ -97,11 +97,49 @@ def test_calibration_picks_the_lowest_threshold_that_keeps_the_target() -> None:
     cls = ["update"] * 6 + ["none", "update", "update", "none"]
     probs = np.array([[1 - u, 0, 0, 0, 0, u] for u in update])
     ruled = [("unrelated", "no_evidence", 0.5)] * len(update)
-    t, fig = train_judge.calibrate(probs, probs, ruled, cls)
+    t, fig = train_judge.calibrate(probs, probs, ruled, cls, [False] * len(update))
     assert 0.90 < t.supersede <= 0.94  # one wrong update at 0.90: 6 of 7 (0.86) is under 0.97
     assert fig["supersede"] == {"decisions": 6, "precision": 1.0, "of": 8, "recall": 0.75}
     assert t.merge > 1.0 and t.merge_ruled > 1.0  # no merge ever right here: never automatic
     assert t.supersede_ruled > 1.0  # the rules found nothing here: that way to act stays off
+
+
+def test_calibration_sets_the_floor_below_the_least_similar_pair_acted_on() -> None:
+    update = [0.99, 0.98, 0.97, 0.96, 0.95, 0.10, 0.99]
+    cls = ["update"] * 5 + ["none", "update"]
+    probs = np.array([[1 - u, 0, 0, 0, 0, u] for u in update])
+    cos = [0.9, 0.8, 0.7, 0.75, 0.85, 0.2, 0.1]
+    ruled = [("unrelated", "no_evidence", c) for c in cos]
+    cued = [False] * 6 + [True]  # the last is read whatever its cosine: it does not set the floor
+    t, fig = train_judge.calibrate(probs, probs, ruled, cls, cued)
+    assert t.floor == pytest.approx(0.7 - train_judge.FLOOR_MARGIN)
+    assert fig["floor"] == {"least_similar_acted": 0.7, "pairs_below": 1, "of": 7}
+
+
+def test_pairs_below_the_floor_are_not_read_unless_an_update_cue_or_the_same_words_ties_them() -> None:
+    asked: list[int] = []
+
+    def predict(x: np.ndarray) -> np.ndarray:
+        asked.append(len(x))
+        return np.tile([1.0, 0, 0, 0, 0, 0], (len(x), 1))
+
+    j = LearnedJudge(predict=predict, thresholds=Thresholds(floor=0.5))
+    e = np.eye(EMBEDDING_DIM, dtype=np.float32)
+
+    def mem(mid: str, text: str, vec: np.ndarray) -> Memory:
+        return Memory(memory_id=mid, user_id="u", text=text, created_at="2026-01-01T00:00:00Z",
+                      updated_at="2026-01-01T00:00:00Z", vector=vec)
+
+    new = mem("n", "Lives in Lisbon.", e[0])
+    far = mem("a", "Has a cat called Miso.", e[1])
+    cued = mem("b", "Lives in Porto.", e[2])  # one single-valued slot (home) in both: read at cosine 0
+    near = mem("c", "Lives in Lisbon with her partner.", (e[0] + e[3]) / np.sqrt(2))
+    assert not j.reads(new, far) and j.reads(new, cued) and j.reads(new, near)
+    out = j.judge(new, [far, cued, near])
+    assert [v.candidate_id for v in out] == ["a", "b", "c"]
+    assert out[0].rule == "learned:below_floor" and out[0].relation == "unrelated"
+    assert out[1].rule != "learned:below_floor" and out[2].rule != "learned:below_floor"
+    assert asked == [2]  # the head saw the two pairs above the floor or cued, in one call
 
 
 def test_thresholds_act_only_above_calibration() -> None:
