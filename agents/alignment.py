@@ -22,7 +22,8 @@ import numpy as np
 
 from dreamstream.agents import text_features as tf
 
-FEATURES_VERSION = 1
+FEATURES_VERSION = 2
+"""2: int8 word vectors (about 0.5 KB a word); 1: float16 ones (1 KB a word), still read as they are."""
 
 WORD_MATCH = 0.80
 """Contextual cosine at which two different words count as the same word in the same role.
@@ -78,27 +79,35 @@ class TokenFeatures:
         return tuple(not (w in LIGHT or tf.is_polarity_word(w)) for w in self.words)
 
     def to_payload(self) -> dict[str, Any]:
-        """Compact payload form: float16 vectors, base64 (about 1 KB a word)."""
-        raw = np.asarray(self.vecs, dtype=np.float16).tobytes()
+        """Compact payload form: each word's unit vector as int8 over its largest component, base64
+        (about 0.5 KB a word; the features were three quarters of a stored memory). The scale is not
+        kept: `from_payload` makes each a unit vector again. Word cosines move by about 0.002."""
+        vecs = np.asarray(self.vecs, dtype=np.float32)
+        top = np.abs(vecs).max(axis=1, keepdims=True) if vecs.size else np.ones((len(self.words), 1), np.float32)
+        q = np.round(127.0 * vecs / np.maximum(top, 1e-12)).astype(np.int8)
         return {"v": FEATURES_VERSION, "words": list(self.words), "names": [int(n) for n in self.names],
-                "dim": int(self.vecs.shape[1]) if self.vecs.ndim == 2 else 0,
-                "vecs": base64.b64encode(raw).decode("ascii")}
+                "dim": int(vecs.shape[1]) if vecs.ndim == 2 else 0,
+                "vecs": base64.b64encode(q.tobytes()).decode("ascii")}
 
     @classmethod
     def from_payload(cls, data: dict[str, Any] | None) -> TokenFeatures | None:
-        """None for a missing or older payload (the caller computes features anew)."""
-        if not data or data.get("v") != FEATURES_VERSION:
+        """None for a missing or unknown payload (the caller computes features anew)."""
+        version = data.get("v") if data else None
+        if not data or version not in (1, FEATURES_VERSION):
             return None
         words = tuple(str(w) for w in data.get("words") or ())
         names = tuple(bool(n) for n in data.get("names") or ())
-        return _decoded(words, names, int(data.get("dim") or 0), str(data.get("vecs") or ""))
+        return _decoded(words, names, int(data.get("dim") or 0), str(data.get("vecs") or ""), int(version))
 
 
 @lru_cache(maxsize=8192)
-def _decoded(words: tuple[str, ...], names: tuple[bool, ...], dim: int, vecs_b64: str) -> TokenFeatures:
+def _decoded(words: tuple[str, ...], names: tuple[bool, ...], dim: int, vecs_b64: str, version: int) -> TokenFeatures:
     """Decoded once per stored statement: a user's facts are candidates for many of their new memories."""
-    vecs = np.frombuffer(base64.b64decode(vecs_b64), dtype=np.float16).astype(np.float32)
+    raw = base64.b64decode(vecs_b64)
+    vecs = np.frombuffer(raw, dtype=np.float16 if version == 1 else np.int8).astype(np.float32)
     vecs = vecs.reshape(len(words), dim) if words and dim else np.zeros((0, dim or 1), np.float32)
+    if version != 1 and len(vecs):
+        vecs /= np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
     vecs.flags.writeable = False  # shared between callers
     return TokenFeatures(words=words, names=names, vecs=vecs)
 

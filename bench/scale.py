@@ -2,8 +2,8 @@
 
 For each size a fresh embedded store (EdgeStore, the worker's default) is filled in bulk with synthetic
 memories: precomputed vectors (seeded numpy, unit float32, each user's memories clustered around the
-user and a topic word), realistic payloads (short texts, metadata, ~6 word features of ~1 KB each in
-the judge's float16/base64 form, some superseded and merged facts with their links) and users with a
+user and a topic word), realistic payloads (short texts, metadata, ~6 word features of ~0.5 KB each in
+the judge's int8/base64 form, some superseded and merged facts with their links) and users with a
 lognormal skew (median ~30 memories, a few with thousands). Fresh per size, not one store grown, so
 that the optimize() of one size does not shape the next; the fill goes through `EdgeStore.upsert` in
 chunks of 2,000 (the real write path: payload building, text keys and point conversion included).

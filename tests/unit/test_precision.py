@@ -196,6 +196,24 @@ def test_features_survive_the_store(edge_store, embedder: Embedder) -> None:  # 
     assert np.allclose(np.linalg.norm(feats.vecs, axis=1), 1.0, atol=1e-2)
 
 
+def test_word_features_are_stored_as_int8_and_float16_ones_written_before_still_read(embedder: Embedder) -> None:
+    import base64
+
+    from dreamstream.agents.alignment import TokenFeatures
+
+    [f] = embedder.features(["Keeps a sourdough starter named Bubbles in the fridge."])
+    payload = f.to_payload()
+    assert payload["v"] == 2 and len(base64.b64decode(payload["vecs"])) == len(f.words) * f.vecs.shape[1]
+    back = TokenFeatures.from_payload(payload)
+    assert back is not None and back.words == f.words and back.names == f.names
+    assert np.allclose(np.linalg.norm(back.vecs, axis=1), 1.0, atol=1e-5)
+    assert np.abs(back.vecs @ back.vecs.T - f.vecs @ f.vecs.T).max() < 0.005  # word cosines barely move
+    v1 = {**payload, "v": 1, "vecs": base64.b64encode(np.asarray(f.vecs, np.float16).tobytes()).decode()}
+    old = TokenFeatures.from_payload(v1)  # a store written by an earlier version: read, not recomputed
+    assert old is not None and np.allclose(old.vecs, f.vecs, atol=1e-3)
+    assert TokenFeatures.from_payload({**payload, "v": 3}) is None  # unknown: the judge computes them anew
+
+
 def test_an_abstention_is_a_review_item_the_pass_lists_and_resolves(edge_store, embedder: Embedder,  # type: ignore[no-untyped-def]
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """Ingest applies nothing for an abstention; the consolidation pass shows it and a person's A
