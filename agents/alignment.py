@@ -81,9 +81,10 @@ class TokenFeatures:
     def to_payload(self) -> dict[str, Any]:
         """Compact payload form: each word's unit vector as int8 over its largest component, base64
         (about 0.5 KB a word; the features were three quarters of a stored memory). The scale is not
-        kept: `from_payload` makes each a unit vector again. Word cosines move by about 0.002."""
+        kept: `from_payload` makes each a unit vector again. Word cosines move by about 0.001 (at most
+        0.002 over 300 dev texts)."""
         vecs = np.asarray(self.vecs, dtype=np.float32)
-        top = np.abs(vecs).max(axis=1, keepdims=True) if vecs.size else np.ones((len(self.words), 1), np.float32)
+        top = np.abs(vecs).max(axis=1, keepdims=True) if vecs.size else np.ones((vecs.shape[0], 1), np.float32)
         q = np.round(127.0 * vecs / np.maximum(top, 1e-12)).astype(np.int8)
         return {"v": FEATURES_VERSION, "words": list(self.words), "names": [int(n) for n in self.names],
                 "dim": int(vecs.shape[1]) if vecs.ndim == 2 else 0,

@@ -131,9 +131,11 @@ class LearnedJudge:
     """An update within one conversation is the model's call (it sees the session), not a blanket veto."""
 
     def reads(self, new: Memory, old: Memory, cos: float | None = None) -> bool:
-        """Whether the judge reads this pair at all (`Thresholds.floor`): from the vectors and texts alone."""
-        return ((pf.cosine(new, old) if cos is None else cos) >= self.thresholds.floor
-                or pf.norm_words(old.text) == pf.norm_words(new.text) or pf.update_cued(new.text, old.text))
+        """Whether the judge reads this pair at all (`Thresholds.floor`): from the vectors and texts alone.
+        A pair without both vectors has no similarity to fall below: it is read."""
+        if new.vector is None or old.vector is None:
+            return True
+        return (pf.cosine(new, old) if cos is None else cos) >= self.thresholds.floor or read_anyway(new.text, old.text)
 
     def judge(self, new: Memory, candidates: Sequence[Memory]) -> list[Verdict]:
         if not candidates:
@@ -166,6 +168,12 @@ class LearnedJudge:
         rel, conf, why, new_fuller = decide_pair(s, scores(probs if head is None else head), ruled.relation,
                                                  ruled.rule, ruled.scores.get("cos", 0.0), self.thresholds)
         return Verdict(old.memory_id, rel, round(conf, 4), f"learned:{why}", shown, new_fuller)
+
+
+def read_anyway(new_text: str, old_text: str) -> bool:
+    """A pair read however far apart its vectors are: the same words, or an update's cue
+    (`pair_features.update_cued`). Calibration sets the floor from the other pairs."""
+    return pf.norm_words(old_text) == pf.norm_words(new_text) or pf.update_cued(new_text, old_text)
 
 
 def below_floor(old: Memory, cos: float) -> Verdict:

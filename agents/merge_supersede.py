@@ -29,10 +29,11 @@ from dreamstream.agents.decisions import Decision
 from dreamstream.schemas.memory import Memory, parse_time
 
 CANDIDATE_K: int = 20
-"""Nearest active facts of the same user the pipeline passes, with no similarity floor. Replacements
-can have low cosine ("is looking to adopt a dog" -> "got a puppy named Toby"); on unseen real text
-the true partner is among the 20 nearest for every restatement and 89% of updates. The learned
-judge's corpus nominates its pairs the same way (`streams/dev/judge_corpus.py`)."""
+"""Nearest active facts of the same user the pipeline passes, with no similarity floor (the learned
+judge has its own, `Thresholds.floor`, which lets update cues through). Replacements can have low
+cosine ("is looking to adopt a dog" -> "got a puppy named Toby"); on unseen real text the true
+partner is among the 20 nearest for every restatement and 89% of updates. The learned judge's corpus
+nominates its pairs the same way (`streams/dev/judge_corpus.py`)."""
 
 Relation = Literal["same", "replaces", "unrelated", "review_same", "review_replaces"]
 """review_*: the judge abstains; the pair is recorded for a person to decide, nothing is applied."""

@@ -1120,7 +1120,8 @@ def thread_phrase(texts: Sequence[str], shared: Sequence[str], person: str, phra
 
 def _lead(person: str, thread: str, texts: Sequence[str], dates: Sequence[str]) -> str:
     """The sentence that names what links the members: a regular habit when two or more say how often,
-    otherwise how long the person has kept coming back to the thread (the months the details shown span)."""
+    otherwise how long the person has kept coming back to the thread (the months the details shown span);
+    details all from one month claim no recurrence, only how often it came up."""
     months = sorted({d[:7] for d in dates if d})
     owner = "User's" if person == "User" else f"{person}'s"
     span = ""
@@ -1149,8 +1150,9 @@ def _lead(person: str, thread: str, texts: Sequence[str], dates: Sequence[str]) 
         named = _plural(thread)  # a kind: "trips", "cities", where the members name several
     if span:
         return f"{person} has kept coming back to {named} for {n} months, from {span}"
-    if months:
-        return f"{person} came back to {named} again and again in {_month(months[0])}"
+    if months:  # one month: that it recurs over time is not shown, only that it came up more than once
+        times = "twice" if len(texts) == 2 else "several times"
+        return f"{person} mentioned {named} {times} in {_month(months[0])}"
     return f"{topic} comes up again and again in {owner} memories"
 
 

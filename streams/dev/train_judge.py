@@ -34,7 +34,15 @@ from sklearn.model_selection import GroupKFold
 from sklearn.neural_network import MLPClassifier
 
 from dreamstream.agents import pair_features as pf
-from dreamstream.agents.learned_judge import CLASSES, Thresholds, decide_pair, pair_text, probabilities, scores
+from dreamstream.agents.learned_judge import (
+    CLASSES,
+    Thresholds,
+    decide_pair,
+    pair_text,
+    probabilities,
+    read_anyway,
+    scores,
+)
 from dreamstream.agents.merge_supersede import OfflineJudge
 from dreamstream.schemas.memory import Memory
 from dreamstream.streams.core import judge_model
@@ -341,9 +349,15 @@ def main(head_only: bool, calibrate_only: bool, as_json: bool) -> None:
     cal = [p for p in labels if p["split"] == "calibration"]
     before = judge_model.MODEL_DIR / "judge.json"
     shipped: dict[str, Any] = json.loads(before.read_text()) if before.exists() else {}
+    kept = ("head", "cv_log_loss", "cross_training", "train_pairs", "revoiced_pairs")
     if calibrate_only:
+        if head_only:
+            raise click.UsageError("--calibrate keeps both models; --head-only retrains one: give one of them")
+        if not all(k in shipped for k in kept) or not (judge_model.MODEL_DIR / "judge.onnx").exists():
+            raise click.UsageError(f"--calibrate needs a trained judge in {judge_model.MODEL_DIR}: "
+                                   "run without it first")
         graph = (judge_model.MODEL_DIR / "judge.onnx").read_bytes()
-        trained = {k: shipped[k] for k in ("head", "cv_log_loss", "cross_training", "train_pairs", "revoiced_pairs")}
+        trained = {k: shipped[k] for k in kept}
     else:
         graph, trained = train(labels, mems, embed, rows, head_only, shipped.get("cross_training", {}))
     click.echo(f"calibrating on {len(cal)} pairs ...", err=True)
@@ -353,7 +367,7 @@ def main(head_only: bool, calibrate_only: bool, as_json: bool) -> None:
     texts = [pair_text(mems[p["newer"]], mems[p["older"]]) for p in cal]
     cls = [p["cls"] for p in cal]
     ruled = rule_readings(cal, mems)
-    cued = [pf.update_cued(mems[p["newer"]].text, mems[p["older"]].text) for p in cal]
+    cued = [read_anyway(mems[p["newer"]].text, mems[p["older"]].text) for p in cal]
     th, fig = calibrate(probabilities(p_head, texts, cross), p_head, ruled, cls, cued)
     _, head_fig = calibrate(p_head, p_head, ruled, cls, cued)
     meta = {

@@ -134,12 +134,16 @@ def test_pairs_below_the_floor_are_not_read_unless_an_update_cue_or_the_same_wor
     far = mem("a", "Has a cat called Miso.", e[1])
     cued = mem("b", "Lives in Porto.", e[2])  # one single-valued slot (home) in both: read at cosine 0
     near = mem("c", "Lives in Lisbon with her partner.", (e[0] + e[3]) / np.sqrt(2))
-    assert not j.reads(new, far) and j.reads(new, cued) and j.reads(new, near)
-    out = j.judge(new, [far, cued, near])
-    assert [v.candidate_id for v in out] == ["a", "b", "c"]
+    same = mem("d", "lives in Lisbon", e[4])  # the same words, whatever the vectors say
+    bare = Memory(memory_id="e", user_id="u", text="Has a dog called Rex.", created_at="2026-01-01T00:00:00Z",
+                  updated_at="2026-01-01T00:00:00Z")  # no vector: no similarity to fall below
+    assert not j.reads(new, far)
+    assert j.reads(new, cued) and j.reads(new, near) and j.reads(new, same) and j.reads(new, bare)
+    out = j.judge(new, [far, cued, near, same])
+    assert [v.candidate_id for v in out] == ["a", "b", "c", "d"]
     assert out[0].rule == "learned:below_floor" and out[0].relation == "unrelated"
-    assert out[1].rule != "learned:below_floor" and out[2].rule != "learned:below_floor"
-    assert asked == [2]  # the head saw the two pairs above the floor or cued, in one call
+    assert all(v.rule != "learned:below_floor" for v in out[1:])
+    assert asked == [3]  # the head saw the pairs above the floor, cued or worded alike, in one call
 
 
 def test_thresholds_act_only_above_calibration() -> None:

@@ -458,3 +458,15 @@ def test_the_lead_names_a_relation_a_kind_or_one_thing_as_the_members_do(texts: 
     term = syn._canonical([syn.content_words(t, frozenset({texts[0].split()[0].lower()})) for t in texts])
     shared = sorted(set.intersection(*term))
     assert syn.pattern_text(texts[0].split()[0], texts, shared, dates).startswith(lead)
+
+
+def test_details_from_one_month_claim_no_recurrence() -> None:
+    texts = ["Ana took a trip to Porto.", "Ana went on a hiking trip in the Alps.", "Ana planned a trip to Rome."]
+    term = syn._canonical([syn.content_words(t, frozenset({"ana"})) for t in texts])
+    shared = sorted(set.intersection(*term))
+    one_month = ["2025-03-02T00:00:00Z", "2025-03-09T00:00:00Z", "2025-03-20T00:00:00Z"]
+    lead = syn.pattern_text("Ana", texts, shared, one_month).split(". ")[0]
+    assert lead.startswith("Ana mentioned trips") and lead.endswith("in Mar 2025")
+    assert "again" not in lead and "kept coming back" not in lead
+    spread = ["2025-01-05T00:00:00Z", "2025-03-05T00:00:00Z", "2025-05-05T00:00:00Z"]
+    assert syn.pattern_text("Ana", texts, shared, spread).startswith("Ana has kept coming back to trips for 5 months")
