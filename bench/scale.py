@@ -303,16 +303,30 @@ def fill(store: EdgeStore, vocab: Vocabulary, users: Sequence[User], size: int) 
     return time.perf_counter() - start
 
 
+JUDGE = os.environ.get("BENCH_SCALE_JUDGE", "offline")
+"""The judge the per-add cost runs (`--judge`): the rule judge, this series' own since it began, or
+`learned`, the product's default (its floor and cross-encoder on the synthetic texts)."""
+
+
 def measure_adds(store: EdgeStore, vocab: Vocabulary, sampler: Sampler, n: int, tag: str) -> dict[str, Any]:
-    """Per-event cost of the real Processor against this store (stand-in model, offline judge)."""
+    """Per-event cost of the real Processor against this store (stand-in model, `JUDGE`)."""
     timed = TimedStore(store)
     embed = Precomputed(vocab)
     judge_seconds = [0.0]
     decisions: Counter[str] = Counter()
+    if JUDGE == "learned":
+        from dreamstream.streams.core import judge_model
+
+        learned = judge_model.learned_judge()
+
+        def judged(new: Memory, candidates: Sequence[Memory]) -> list[Decision]:
+            return merge_supersede.decide_with(learned, new, candidates)
+    else:
+        judged = merge_supersede.decide
 
     def decide(new: Memory, candidates: Sequence[Memory]) -> list[Decision]:
         start = time.perf_counter()
-        out = merge_supersede.decide(new, candidates)
+        out = judged(new, candidates)
         judge_seconds[0] += time.perf_counter() - start
         decisions.update(d.action for d in out)
         return out
@@ -493,7 +507,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="largest size at which optimize() is run and measured (0: never)")
     parser.add_argument("--keep", action="store_true", help="keep the stores under var/scale/")
     parser.add_argument("--json", metavar="OUT", help="write the results as JSON here")
+    parser.add_argument("--judge", choices=("offline", "learned"), default=None,
+                        help="the judge of the per-add cost (default: $BENCH_SCALE_JUDGE or offline)")
     args = parser.parse_args(argv)
+    global JUDGE
+    JUDGE = args.judge or JUDGE
     sizes = [int(s.replace("_", "")) for s in args.sizes.split(",") if s.strip()]
     results = run(sizes, args.adds, args.reads, args.optimize_limit, args.keep)
     print(f"cores {os.cpu_count()}; times in ms per event or read; store: embedded (qdrant-edge)")
