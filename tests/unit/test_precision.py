@@ -212,6 +212,9 @@ def test_word_features_are_stored_as_int8_and_float16_ones_written_before_still_
     old = TokenFeatures.from_payload(v1)  # a store written by an earlier version: read, not recomputed
     assert old is not None and np.allclose(old.vecs, f.vecs, atol=1e-3)
     assert TokenFeatures.from_payload({**payload, "v": 3}) is None  # unknown: the judge computes them anew
+    [empty] = embedder.features(["the"])  # no content word at all
+    none = TokenFeatures.from_payload(empty.to_payload())
+    assert none is not None and none.words == () and none.vecs.shape[0] == 0
 
 
 def test_an_abstention_is_a_review_item_the_pass_lists_and_resolves(edge_store, embedder: Embedder,  # type: ignore[no-untyped-def]
