@@ -142,10 +142,9 @@ class LearnedJudge:
             return []
         cos = [pf.cosine(new, c) for c in candidates]
         read = [i for i, (c, x) in enumerate(zip(candidates, cos, strict=True)) if self.reads(new, c, x)]
-        out = [below_floor(c, x) for c, x in zip(candidates, cos, strict=True)]
-        for i, verdict in zip(read, self._read(new, [candidates[i] for i in read]), strict=True):
-            out[i] = verdict
-        return out
+        verdicts = dict(zip(read, self._read(new, [candidates[i] for i in read]), strict=True))
+        return [verdicts[i] if i in verdicts else below_floor(c, x)
+                for i, (c, x) in enumerate(zip(candidates, cos, strict=True))]
 
     def _read(self, new: Memory, candidates: Sequence[Memory]) -> list[Verdict]:
         """Both models and the rules on the pairs above the floor."""
