@@ -109,3 +109,37 @@ def test_a_producers_embedding_is_used_and_the_model_runs_only_when_the_judge_co
     assert compared.embedded == 1  # the new memory's words, for the judge
     assert store.retrieve(["p-2"])["p-2"].features is not None
     store.close()
+
+
+def test_optimising_the_store_never_builds_a_vector_index_not_even_in_a_store_made_before(tmp_path: Path) -> None:
+    """An indexed (HNSW) segment made every add slower and no user-scoped read faster (bench/scale.py),
+    so `rebuild_indexes` (full consolidation) must leave the segments plain, in a store this version made
+    and in one an older version made with the engine's default, which indexes above ~10 MB of vectors."""
+    import qdrant_edge as qe
+
+    from dreamstream.streams.store.base import VECTOR_SIZE
+    from dreamstream.streams.store.edge import _never_indexes
+
+    old = tmp_path / "old"
+    shard = qe.EdgeShard.create(str(old), qe.EdgeConfig(
+        vectors=qe.EdgeVectorParams(size=VECTOR_SIZE, distance=qe.Distance.Cosine)))
+    points = [qe.Point(i + 1, vector(f"p-{i}").tolist(), {"user_id": f"u{i % 50}"}) for i in range(8_000)]
+    shard.update(qe.UpdateOperation.upsert_points(points))
+    shard.flush()
+    del shard
+    for path in (old, tmp_path / "new"):
+        store = EdgeStore(path)
+        if path.name == "new":
+            fill(store, 8_000)
+        before = store.count()
+        store.rebuild_indexes()
+        info = store.shard.info()
+        assert info.indexed_vectors_count == 0 and info.points_count == before >= 8_000
+        store.close()
+        assert _never_indexes(str(path))  # the old store's config was rewritten once, on its first open
+    # The default would have indexed them: what the test guards against is real.
+    shard = qe.EdgeShard.create(str(tmp_path / "default"), qe.EdgeConfig(
+        vectors=qe.EdgeVectorParams(size=VECTOR_SIZE, distance=qe.Distance.Cosine)))
+    shard.update(qe.UpdateOperation.upsert_points(points))
+    shard.optimize()
+    assert shard.info().indexed_vectors_count == 8_000
