@@ -17,7 +17,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import orjson
 
 from dreamstream.schemas.errors import StoreError, StoreLocked
 from dreamstream.schemas.memory import Memory
@@ -37,11 +36,14 @@ from dreamstream.streams.store.base import (
 )
 
 LOCK_FILE = "dream.lock"
-NEVER_INDEX_KB = 1 << 30
-"""The optimizers' indexing threshold: no segment is ever rebuilt as an indexed (HNSW) one. Every read is
-scoped to one user, which the user_id payload index answers by scanning that user's points; an indexed
-segment only made those reads slower (bench/scale.py at 100k: adds 8.9 -> 15.3 ms after `optimize()`,
-the nearest query 2.7 -> 7.9 ms, the same with the graph disabled, m=0), and building it took a minute."""
+INDEXING_THRESHOLD_KB = 0
+HNSW_M = 0
+"""No segment is ever indexed (HNSW): an indexing threshold of 0 turns indexing off, and a graph of no
+edges (`HNSW_M`) differs from the config an indexed segment was built with, so `optimize()` rebuilds a store's
+earlier indexed segments as plain ones. Every read is scoped to one user, which the user_id payload
+index answers by scanning that user's points; an indexed segment only made those reads slower
+(bench/scale.py at 100k: adds 8.9 -> 15.3 ms after `optimize()`, the nearest query 2.7 -> 7.9 ms; the
+same with m=0 alone), and building it took a minute."""
 
 
 @guarded
@@ -75,13 +77,13 @@ class EdgeStore:
         config = qe.EdgeConfig(
             vectors=qe.EdgeVectorParams(size=VECTOR_SIZE, distance=qe.Distance.Cosine),
             max_search_threads=2,
-            optimizers=qe.EdgeOptimizersConfig(indexing_threshold=NEVER_INDEX_KB),
+            optimizers=qe.EdgeOptimizersConfig(indexing_threshold=INDEXING_THRESHOLD_KB),
+            hnsw_config=qe.HnswIndexConfig(m=HNSW_M, ef_construct=100, full_scan_threshold=10_000),
         )
         fresh = not any(name not in (".lock", LOCK_FILE) for name in os.listdir(self.path))
-        if fresh:
-            shard = qe.EdgeShard.create(self.path, config)
-        else:  # loading with a config writes it over the store's: only for one an older version made
-            shard = qe.EdgeShard.load(self.path, None if _never_indexes(self.path) else config)
+        # Loading checks the config against the store's (vector size, distance) and writes it over the
+        # saved one (atomically): a store an older version made, with indexed segments, takes it too.
+        shard = qe.EdgeShard.create(self.path, config) if fresh else qe.EdgeShard.load(self.path, config)
         if fresh:
             for name in INDEXED_FIELDS:
                 shard.update(qe.UpdateOperation.create_field_index(name, qe.PayloadSchemaType.Keyword))
@@ -213,13 +215,13 @@ class EdgeStore:
 
     def optimize(self) -> None:
         """Runs the engine's optimizers (merging segments, dropping deleted points); never builds an index
-        of the vectors (`NEVER_INDEX_KB`)."""
+        of the vectors, and rebuilds an older version's indexed segments as plain ones (`INDEXING_THRESHOLD_KB`)."""
         self._writable(every_file=True)
         self.shard.optimize()
 
     def rebuild_indexes(self) -> None:
-        """Drops and recreates the payload indexes, then optimises (full consolidation's last step); adds
-        cost the same afterwards, since no segment becomes an indexed one."""
+        """Drops and recreates the payload indexes, then optimises (full consolidation's last step); no
+        segment becomes an indexed one, which made adds slower."""
         qe = self._qe
         self._writable(every_file=True)
         for name in INDEXED_FIELDS:
@@ -275,16 +277,6 @@ def lock_holder(path: str | os.PathLike[str]) -> str | None:
     finally:
         handle.close()  # releases the probe's lock, if it got it
     return None
-
-
-def _never_indexes(path: str) -> bool:
-    """Whether the store's own config already has `NEVER_INDEX_KB` (the engine's `edge_config.json`)."""
-    try:
-        with open(os.path.join(path, "edge_config.json"), "rb") as f:
-            saved = orjson.loads(f.read())
-        return bool((saved.get("optimizers") or {}).get("indexing_threshold") == NEVER_INDEX_KB)
-    except (OSError, ValueError, AttributeError):
-        return False
 
 
 def _take_lock(path: str, owner: str) -> Any:

@@ -111,21 +111,22 @@ def test_a_producers_embedding_is_used_and_the_model_runs_only_when_the_judge_co
     store.close()
 
 
-def test_optimising_the_store_never_builds_a_vector_index_not_even_in_a_store_made_before(tmp_path: Path) -> None:
+def test_optimising_the_store_never_builds_a_vector_index_and_undoes_an_older_versions(tmp_path: Path) -> None:
     """An indexed (HNSW) segment made every add slower and no user-scoped read faster (bench/scale.py),
-    so `rebuild_indexes` (full consolidation) must leave the segments plain, in a store this version made
-    and in one an older version made with the engine's default, which indexes above ~10 MB of vectors."""
+    so `rebuild_indexes` (full consolidation) leaves a store's segments plain, and turns the indexed
+    segment of a store an older version made and optimised (the engine's default config) plain again."""
     import qdrant_edge as qe
 
     from dreamstream.streams.store.base import VECTOR_SIZE
-    from dreamstream.streams.store.edge import _never_indexes
 
     old = tmp_path / "old"
     shard = qe.EdgeShard.create(str(old), qe.EdgeConfig(
         vectors=qe.EdgeVectorParams(size=VECTOR_SIZE, distance=qe.Distance.Cosine)))
     points = [qe.Point(i + 1, vector(f"p-{i}").tolist(), {"user_id": f"u{i % 50}"}) for i in range(8_000)]
     shard.update(qe.UpdateOperation.upsert_points(points))
-    shard.flush()
+    shard.optimize()
+    assert shard.info().indexed_vectors_count == 8_000  # what the engine's default does: the test guards that
+    shard.close()
     del shard
     for path in (old, tmp_path / "new"):
         store = EdgeStore(path)
@@ -136,10 +137,6 @@ def test_optimising_the_store_never_builds_a_vector_index_not_even_in_a_store_ma
         info = store.shard.info()
         assert info.indexed_vectors_count == 0 and info.points_count == before >= 8_000
         store.close()
-        assert _never_indexes(str(path))  # the old store's config was rewritten once, on its first open
-    # The default would have indexed them: what the test guards against is real.
-    shard = qe.EdgeShard.create(str(tmp_path / "default"), qe.EdgeConfig(
-        vectors=qe.EdgeVectorParams(size=VECTOR_SIZE, distance=qe.Distance.Cosine)))
-    shard.update(qe.UpdateOperation.upsert_points(points))
-    shard.optimize()
-    assert shard.info().indexed_vectors_count == 8_000
+    reopened = EdgeStore(old)
+    assert reopened.count() == 8_000 and reopened.count({"user_id": "u7"}) == 160  # every point, still found
+    reopened.close()
