@@ -1120,8 +1120,7 @@ def thread_phrase(texts: Sequence[str], shared: Sequence[str], person: str, phra
 
 def _lead(person: str, thread: str, texts: Sequence[str], dates: Sequence[str]) -> str:
     """The sentence that names what links the members: a regular habit when two or more say how often,
-    otherwise how long the person has kept coming back to the thread (the months `dates` span: those of
-    the members that carry the thread, not only the details shown);
+    otherwise how long the person has kept coming back to the thread (the months the details shown span);
     details all from one month claim no recurrence, only how often it came up."""
     months = sorted({d[:7] for d in dates if d})
     owner = "User's" if person == "User" else f"{person}'s"
@@ -1258,10 +1257,7 @@ def pattern_text(person: str, typical_texts: Sequence[str], shared: Sequence[str
         used += _words(best[3]) + 3
     if len(chosen) < min_details:
         return ""
-    # The lead's span is the evidence's: every member that carries the thread (the details shown are
-    # only the distinct ones, and a lasting thread shown by two recent details is not two months old).
-    on_thread = [c for c in cands if thread and carries(c[3], need)] or chosen
-    lead = _lead(person, thread, typical_texts, [when[c[0]] for c in on_thread if when[c[0]]])
+    lead = _lead(person, thread, typical_texts, [when[c[0]] for c in chosen if when[c[0]]])  # spans what it shows
     if not chosen:  # nothing short enough: the most typical member, cut to the word budget
         first = typical_texts[0].split() if typical_texts else []
         return f"{lead}: " + " ".join(first[:MAX_WORDS]).rstrip(".!?;:, ") + "."

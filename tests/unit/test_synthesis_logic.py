@@ -470,15 +470,3 @@ def test_details_from_one_month_claim_no_recurrence() -> None:
     assert "again" not in lead and "kept coming back" not in lead
     spread = ["2025-01-05T00:00:00Z", "2025-03-05T00:00:00Z", "2025-05-05T00:00:00Z"]
     assert syn.pattern_text("Ana", texts, shared, spread).startswith("Ana has kept coming back to trips for 5 months")
-
-
-def test_the_leads_span_is_the_evidence_on_the_thread_not_only_the_details_shown() -> None:
-    """A detail said again is shown once, but the earlier saying still shows how long the thread runs;
-    a member off the thread does not stretch it."""
-    texts = ["Saoirse swims with the Dublin club.", "Saoirse swims about 2,500 m per session.",
-             "Saoirse swims with her Dublin club.", "Saoirse bought a new bike."]
-    dates = ["2025-02-19T08:00:00Z", "2025-08-05T08:00:00Z", "2024-09-02T08:00:00Z", "2024-01-10T08:00:00Z"]
-    text = syn.pattern_text("Saoirse", texts, ["swim"], dates)
-    lead, details = text.split(". ", 1)
-    assert lead == "Saoirse has kept coming back to swimming for 12 months, from Sep 2024 to Aug 2025"
-    assert "(Sep 2024)" not in details and "bike" not in details  # the repeat is not shown again
