@@ -16,8 +16,8 @@ Then, on that store:
   and word features, so no model runs. `add_ms_*` is the whole event (validation, screening, candidates,
   judging, writes); `add_store_ms_*` only the time inside store calls; `judge_ms_mean` the judge.
   The `*_cold` keys repeat it with the judge's text memos cleared before each add (`judge_memos`):
-  the same 20 candidates and the same cosines at every size, but at 1k every stored text fits the
-  memos, so without this the judge looks 2x cheaper at 1k than at 100k for the same work.
+  the adds read as many candidates at 1k as at 100k (19.4) at about the same cosines, but at 1k every
+  stored text fits the memos, so without this the judge looks up to 2x cheaper at 1k for the same work.
 - reads: `reads.get` (a user's listing, default mode) and `reads.search` (limit 10) as the API and the
   CLI run them, plus the bare filtered nearest query (user + status filter, limit 10), in process.
 - memory: process RSS (anonymous and file-backed) after the fill and the peak; disk: du of the store
