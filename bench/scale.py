@@ -29,6 +29,7 @@ Then, on that store:
 Run (from the repository root):
 
     .venv/bin/python bench/scale.py [--sizes 1000,10000,100000,1000000] [--json OUT]
+    .venv/bin/python bench/scale.py --server URL --sizes 100000   # the fill and adds through a Qdrant server
 
 `run(sizes)` returns one dict per size (for bench/throughput.py); stores live under var/scale/ (git
 ignores var/) and are removed after each size.
@@ -278,7 +279,7 @@ class Sampler:
         return [heaviest, *picks[1:]]
 
 
-def fill(store: EdgeStore, vocab: Vocabulary, users: Sequence[User], size: int) -> float:
+def fill(store: Any, vocab: Vocabulary, users: Sequence[User], size: int) -> float:
     """Writes every user's memories in chunks of CHUNK; returns the seconds taken."""
     try:
         from tqdm import tqdm
@@ -326,7 +327,7 @@ def judge_memos() -> list[Any]:
     return memos
 
 
-def measure_adds(store: EdgeStore, vocab: Vocabulary, sampler: Sampler, n: int, tag: str,
+def measure_adds(store: Any, vocab: Vocabulary, sampler: Sampler, n: int, tag: str,
                  cold: bool = False) -> dict[str, Any]:
     """Per-event cost of the real Processor against this store (stand-in model, `JUDGE`); `cold` clears
     the judge's text memos before each add (outside the timing)."""
@@ -482,6 +483,48 @@ def run_size(size: int, vocab: Vocabulary, adds: int = 300, n_reads: int = 300,
     return out
 
 
+def run_server(url: str, size: int, vocab: Vocabulary, adds: int = 300, wait_s: float = 600.0) -> dict[str, Any]:
+    """The same fill and adds against a Qdrant server (`--server URL`), in a fresh collection that is
+    dropped afterwards: adds right after the fill, while the server indexes in the background, and
+    again once it has finished (`*_indexed`), by the collection's default config as `ServerStore`
+    makes it."""
+    from qdrant_client import models
+
+    from dreamstream.streams.store.server import ServerStore
+
+    collection = f"dream_scale_{size}"
+    probe = ServerStore(url=url, collection=collection)
+    probe.client.delete_collection(collection)
+    store = ServerStore(url=url, collection=collection)
+    try:
+        users = population(size)
+        out: dict[str, Any] = {"size": size, "users": len(users), "server": url}
+        out["fill_seconds"] = round(fill(store, vocab, users, size), 2)
+        sampler = Sampler(users, np.random.default_rng([SEED, 5]))
+        out.update(measure_adds(store, vocab, sampler, adds, ""))
+        start = time.perf_counter()
+        while (store.client.get_collection(collection).status != models.CollectionStatus.GREEN
+               and time.perf_counter() - start < wait_s):
+            time.sleep(2.0)
+        info = store.client.get_collection(collection)
+        out["index_wait_seconds"] = round(time.perf_counter() - start, 1)
+        out["indexed_vectors"] = info.indexed_vectors_count
+        out.update(measure_adds(store, vocab, sampler, adds, "_indexed"))
+    finally:
+        store.client.delete_collection(collection)
+    progress(f"{size:,} on {url}: adds {out['add_ms_mean']} ms mean while indexing, {out['add_ms_mean_indexed']} "
+             f"after ({out['indexed_vectors']} vectors indexed in {out['index_wait_seconds']} s)")
+    return out
+
+
+SERVER_COLUMNS = (
+    ("size", "size"), ("fill_seconds", "fill_s"), ("add_ms_mean", "addavg"), ("add_ms_p95", "add95"),
+    ("add_store_ms_mean", "st_avg"), ("index_wait_seconds", "index_s"), ("indexed_vectors", "indexed"),
+    ("add_ms_mean_indexed", "addavg_idx"), ("add_ms_p95_indexed", "add95_idx"),
+    ("add_store_ms_mean_indexed", "st_avg_idx"),
+)
+
+
 def run(sizes: Sequence[int] = DEFAULT_SIZES, adds: int = 300, n_reads: int = 300,
         optimize_limit: int = 100_000, keep: bool = False) -> list[dict[str, Any]]:
     """One result dict per size (see the module docstring for the keys' meaning)."""
@@ -537,10 +580,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", metavar="OUT", help="write the results as JSON here")
     parser.add_argument("--judge", choices=("offline", "learned"), default=None,
                         help="the judge of the per-add cost (default: $BENCH_SCALE_JUDGE or offline)")
+    parser.add_argument("--server", metavar="URL",
+                        help="fill and add through this Qdrant server instead (adds while it indexes, then after)")
     args = parser.parse_args(argv)
     global JUDGE
     JUDGE = args.judge or JUDGE
     sizes = [int(s.replace("_", "")) for s in args.sizes.split(",") if s.strip()]
+    if args.server:
+        vocab = Vocabulary()
+        served = [run_server(args.server, size, vocab, args.adds) for size in sizes]
+        if args.json:
+            Path(args.json).write_text(orjson.dumps(served, option=orjson.OPT_INDENT_2).decode() + "\n")
+        print(f"cores {os.cpu_count()}; times in ms per event; store: Qdrant server {args.server}")
+        print(table(served, SERVER_COLUMNS))
+        return 0
     results = run(sizes, args.adds, args.reads, args.optimize_limit, args.keep)
     print(f"cores {os.cpu_count()}; times in ms per event or read; store: embedded (qdrant-edge)")
     print(table(results, COLUMNS))
