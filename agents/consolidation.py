@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from dreamstream.agents import text_features as tf
-from dreamstream.agents.merge_supersede import FeaturesOf, OfflineJudge, _cos
+from dreamstream.agents.merge_supersede import FeaturesOf, OfflineJudge, cosine
 from dreamstream.agents.merge_supersede import Judge as JudgeOfMany
 from dreamstream.schemas.memory import Memory, parse_time
 from dreamstream.schemas.schedules import (  # noqa: F401  (part of this module's interface)
@@ -235,7 +235,7 @@ def recorded_reviews(active: Mapping[str, Memory]) -> list[tuple[Memory, Memory,
             for other in item.get("with") or []:
                 older = active.get(other)
                 if proposal and older is not None and older.user_id == newer.user_id:
-                    out.append((newer, older, str(proposal), _cos(newer, older)))
+                    out.append((newer, older, str(proposal), cosine(newer, older)))
     return out
 
 
@@ -330,7 +330,7 @@ def analyse(
     for mtype in sorted(by_type):
         group = by_type[mtype]
         pairs = sorted(
-            ((_cos(x, y), i, j) for i, x in enumerate(group) for j, y in enumerate(group) if i < j),
+            ((cosine(x, y), i, j) for i, x in enumerate(group) for j, y in enumerate(group) if i < j),
             reverse=True,
         )
         for cos, i, j in pairs:

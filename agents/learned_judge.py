@@ -28,7 +28,7 @@ import numpy as np
 
 from dreamstream.agents import alignment as al
 from dreamstream.agents import pair_features as pf
-from dreamstream.agents.merge_supersede import OfflineJudge, Relation, Verdict
+from dreamstream.agents.merge_supersede import OfflineJudge, Relation, Verdict, cosine
 from dreamstream.schemas.memory import Memory
 
 CLASSES = ("none", "same_equal", "same_new", "same_old", "same_each", "update")
@@ -135,12 +135,12 @@ class LearnedJudge:
         A pair without both vectors has no similarity to fall below: it is read."""
         if new.vector is None or old.vector is None:
             return True
-        return (pf.cosine(new, old) if cos is None else cos) >= self.thresholds.floor or read_anyway(new.text, old.text)
+        return (cosine(new, old) if cos is None else cos) >= self.thresholds.floor or read_anyway(new.text, old.text)
 
     def judge(self, new: Memory, candidates: Sequence[Memory]) -> list[Verdict]:
         if not candidates:
             return []
-        cos = [pf.cosine(new, c) for c in candidates]
+        cos = [cosine(new, c) for c in candidates]
         read = [i for i, (c, x) in enumerate(zip(candidates, cos, strict=True)) if self.reads(new, c, x)]
         verdicts = dict(zip(read, self._read(new, [candidates[i] for i in read]), strict=True))
         return [verdicts[i] if i in verdicts else below_floor(c, x)

@@ -60,10 +60,11 @@ class Judge(Protocol):
     def judge(self, new: Memory, candidates: Sequence[Memory]) -> list[Verdict]: ...
 
 
-def _cos(a: Memory, b: Memory) -> float:
-    if a.vector is None or b.vector is None:
+def cosine(new: Memory, old: Memory) -> float:
+    """The two sentence vectors' cosine (they are unit length); 0 where either has none."""
+    if new.vector is None or old.vector is None:
         return 0.0
-    return float(np.dot(a.vector, b.vector))
+    return float(np.dot(np.asarray(new.vector, np.float32), np.asarray(old.vector, np.float32)))
 
 
 def _norm(text: str) -> str:
@@ -138,7 +139,7 @@ class OfflineJudge:
         if fn is None or fo is None:
             got = self.features([new, old])
             fn, fo = fn or got[0], fo or got[1]
-        cos = _cos(new, old)
+        cos = cosine(new, old)
         scores: dict[str, float] = {"cos": round(cos, 4)}
 
         def v(rel: Relation, conf: float, rule: str, new_fuller: bool | None = None) -> Verdict:

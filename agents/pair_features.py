@@ -23,6 +23,7 @@ import numpy as np
 from dreamstream.agents import alignment as al
 from dreamstream.agents import text_features as tf
 from dreamstream.agents import update_cues as uc
+from dreamstream.agents.merge_supersede import cosine
 from dreamstream.schemas.memory import Memory, parse_time
 
 RULE_RELATIONS = ("same", "replaces", "unrelated", "review_same", "review_replaces")
@@ -50,13 +51,6 @@ SCALAR_NAMES: tuple[str, ...] = (
 N_FEATURES = len(SCALAR_NAMES)
 
 SESSION_GAP_S = 3600.0
-
-
-def cosine(new: Memory, old: Memory) -> float:
-    """The two sentence vectors' cosine (they are unit length); 0 where either has none."""
-    if new.vector is None or old.vector is None:
-        return 0.0
-    return float(np.dot(np.asarray(new.vector, np.float32), np.asarray(old.vector, np.float32)))
 
 
 @lru_cache(maxsize=8192)
