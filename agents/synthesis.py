@@ -33,6 +33,7 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 from scipy.spatial.distance import squareform
 
+from dreamstream.agents.theme_reader import MAX_LINES, ReadTheme
 from dreamstream.schemas.memory import Memory, parse_time
 
 Embed = Callable[[list[str]], np.ndarray]
@@ -844,6 +845,76 @@ def distinct_evidence(vectors: np.ndarray) -> int:
     return int(n_parts)
 
 
+def own_current(mems: Sequence[Memory], vectors: np.ndarray, person: str, names: frozenset[str]) -> list[int]:
+    """Indexes of the memories that can be a pattern's evidence: no plan a later memory reports done, no
+    fact about someone else. (Superseded and merged memories never reach synthesis: `eligible`.)"""
+    terms = _canonical([content_words(m.text, frozenset({person.lower(), "user"})) for m in mems])
+    done = plans_done(mems, _unit(vectors - vectors.mean(axis=0)), terms, term_weights(terms))
+    return [i for i, m in enumerate(mems) if i not in done and not about_someone_else(m.text, person, names)]
+
+
+ReadThemes = Callable[[Sequence[tuple[str, str]]], "Sequence[ReadTheme] | None"]
+"""A reader of one person's whole record: (created_at, text) oldest first -> themes, or None (group offline).
+`agents.theme_reader.LLMThemeReader` is one."""
+
+
+def read_themes(user_memories: Sequence[Memory], embed: Embed, reader: ReadThemes) -> list[Theme] | None:
+    """Themes a reader (an LLM) groups from one user's evidence; None when it gives no usable answer (the
+    caller then groups offline).
+
+    The reader sees the eligible memories (current: superseded and merged ones never reach synthesis),
+    oldest first with their month, at most MAX_LINES (the most recent), and its prompt carries the evidence
+    rules (no replaced fact, no plan a later line reports done, no one else's fact). The offline heuristics
+    for those rules (`own_current`) are not applied first: on the corpus's calibration split they hid 86 of
+    the 668 members careful readers used (the person's own business or project named as the subject, a
+    direction's first step), and the reader applies the rules better from the whole record. Each theme it
+    names must have MIN_THEME_SIZE distinct pieces of evidence (restatements count once); its sentence is
+    the pattern's text.
+    """
+    mems = sorted(user_memories, key=lambda m: (m.created_at, m.memory_id))
+    if len(mems) < MIN_THEME_SIZE:
+        return []
+    users = {m.user_id for m in mems}
+    if len(users) != 1:
+        raise ValueError(f"read_themes takes one user's memories, got {sorted(users)}")
+    user_id = users.pop()
+    person = person_name([m.text for m in mems])
+    shown = mems[-MAX_LINES:]
+    vectors = _vectors(shown, embed)
+    answer = reader([(m.created_at, m.text) for m in shown])
+    if answer is None:
+        return None
+    ignore = frozenset({person.lower(), "user"})
+    terms = _canonical([content_words(m.text, ignore) for m in shown])
+    weights = term_weights(terms)
+    themes: list[Theme] = []
+    keys: set[str] = set()
+    for read in answer:
+        g = sorted(set(read.members))
+        if distinct_evidence(vectors[g]) < MIN_THEME_SIZE:
+            continue  # one fact said several times is a restatement, not a pattern
+        members = [shown[i] for i in g]  # oldest first
+        # Its identity: the earliest member no other theme of this run already took (themes may share one).
+        first = next((m for m in members if "theme:" + m.memory_id not in keys), None)
+        if first is None:
+            continue  # every member already anchors another theme: the same theme given twice
+        key = "theme:" + first.memory_id
+        keys.add(key)
+        shared = shared_content([terms[i] for i in g], weights)
+        themes.append(Theme(
+            user_id=user_id,
+            memory_ids=tuple(sorted(m.memory_id for m in members)),
+            label=", ".join(t for t, _ in shared[:4]),
+            text=read.text,
+            pattern_id=pattern_id(user_id, key),
+            key=key,
+            typical=tuple(m.text for m in members),
+            person=person,
+            dates=tuple(m.created_at for m in members),
+        ))
+    return themes
+
+
 def find_themes(user_memories: Sequence[Memory], embed: Embed) -> list[Theme]:
     """Group one user's eligible memories into themes and write one pattern text per theme.
 
@@ -863,12 +934,10 @@ def find_themes(user_memories: Sequence[Memory], embed: Embed) -> list[Theme]:
     vectors_all = _vectors(mems, embed)
     lean_all = not_evidence_lean(vectors_all, embed)
     ignore = frozenset({person.lower(), "user"})
-    terms_all = _canonical([content_words(m.text, ignore) for m in mems])
-    done = plans_done(mems, _unit(vectors_all - vectors_all.mean(axis=0)), terms_all, term_weights(terms_all))
     names = proper_names([m.text for m in mems])
     people = people_names([m.text for m in mems], names)
-    keep = [i for i, m in enumerate(mems)
-            if lean_all[i] < NOT_EVIDENCE_MARGIN and i not in done and not about_someone_else(m.text, person, names)]
+    own = own_current(mems, vectors_all, person, names)
+    keep = [i for i in own if lean_all[i] < NOT_EVIDENCE_MARGIN]
     mems = [mems[i] for i in keep]
     lean = lean_all[keep]
     if len(mems) < MIN_THEME_SIZE:

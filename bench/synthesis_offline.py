@@ -7,6 +7,9 @@ Embeds every event text once with the packaged all-MiniLM-L6-v2 (cached as .npy 
 engine by dropping memories labelled superseded/merged (unless --keep-all), runs `synthesize` per
 user, writes the final-state export (FORMAT.md) and prints shared/bench/score.py's figures.
 `--gate eligible` applies MIN_MEMORIES to the user-scoped evidence instead of all the user's facts.
+`--llm-answers DIR` groups with the LLM theme reader (`DREAM_SYNTHESIS_THEMES=llm`) through the real chat
+client against `bench/llm_files.py`'s endpoint on DIR: a first run writes the prompts, a reader answers
+them, a second run scores the answers (users left unanswered are grouped offline, and counted).
 """
 
 from __future__ import annotations
@@ -104,7 +107,7 @@ def scheduled(mems: list[Memory], embed: Model) -> list[Memory]:
 
     def run(now: str, force: bool) -> None:
         seen = [m for m in ordered if m.created_at <= now]
-        record = runner._run(mems[0].user_id, seen + list(patterns.values()), embed, now, state, force,
+        record = runner.run_memories(mems[0].user_id, seen + list(patterns.values()), embed, now, state, force,
                              runner.CADENCE_DAYS)
         for ev in record.events:
             patterns[ev["memory_id"]] = Memory(
@@ -131,6 +134,8 @@ def main(argv: list[str]) -> int:
                          "the merge/supersede engine's real output, mistakes included")
     ap.add_argument("--state", type=Path, default=None)
     ap.add_argument("--show", action="store_true", help="print each pattern")
+    ap.add_argument("--llm-answers", type=Path, default=None,
+                    help="group with the LLM theme reader, answered from this folder (bench/llm_files.py)")
     ap.add_argument("--schedule", action="store_true",
                     help="run as `dream replay --synthesis` does: weekly in event time over the memories created "
                          "so far, patterns kept or retired between runs, once more at the end")
@@ -152,6 +157,16 @@ def main(argv: list[str]) -> int:
     rows: list[dict[str, Any]] = []
     n_patterns = 0
     users_synth = 0
+    reader = None
+    fallbacks = 0
+    if args.llm_answers is not None:
+        import llm_files  # bench/llm_files.py
+
+        from dreamstream.agents.theme_reader import LLMThemeReader
+        from dreamstream.streams.core.llm_client import ChatEndpoint
+
+        server = llm_files.serve(args.llm_answers)
+        reader = LLMThemeReader(ChatEndpoint(f"http://127.0.0.1:{server.server_address[1]}/v1", "files").ask_json)
     if args.schedule:
         for user_id in sorted(by_user):
             rows.extend(m.export_row() for m in by_user[user_id])
@@ -171,7 +186,9 @@ def main(argv: list[str]) -> int:
         if count < synthesis.MIN_MEMORIES:
             continue
         users_synth += 1
-        themes = synthesis.match_existing(synthesis.find_themes(evidence, model), [])
+        read = synthesis.read_themes(evidence, model, reader) if reader is not None else None
+        fallbacks += reader is not None and read is None
+        themes = synthesis.match_existing(read if read is not None else synthesis.find_themes(evidence, model), [])
         for th in themes:
             n_patterns += 1
             rows.append({"memory_id": th.pattern_id, "user_id": th.user_id, "kind": "pattern",
@@ -189,7 +206,9 @@ def main(argv: list[str]) -> int:
     out = subprocess.run([sys.executable, str(SCORE), str(args.case), str(state)],
                          capture_output=True, text=True, check=True).stdout
     print(out, end="")
-    print(f"users synthesized {users_synth}/{len(by_user)}  patterns {n_patterns}  gate {args.gate}")
+    print(f"users synthesized {users_synth}/{len(by_user)}  patterns {n_patterns}  gate {args.gate}"
+          + (f"  grouped by the reader: {users_synth - fallbacks}, offline (no answer yet): {fallbacks}"
+             if reader is not None else ""))
     print(f"time: model load {t_load - t0:.1f}s  embed {t_embed - t_load:.1f}s  "
           f"synthesis {t_synth - t_embed:.1f}s  total {time.perf_counter() - t0:.1f}s  "
           f"(extra embed calls {model.calls}, texts {model.texts})")

@@ -226,6 +226,9 @@ class Settings(_EnvSettings):
     llm_timeout: float = Field(default=10.0, validation_alias="DREAM_LLM_TIMEOUT")
     synthesis_text: str = Field(default="offline", validation_alias="DREAM_SYNTHESIS_TEXT")
     """Pattern wording: `offline` (built from the theme's memories) or `llm` (the DREAM_LLM_* endpoint)."""
+    synthesis_themes: str = Field(default="offline", validation_alias="DREAM_SYNTHESIS_THEMES")
+    """Pattern grouping: `offline` (sentence closeness and shared words) or `llm` (the DREAM_LLM_* endpoint reads
+    the person's whole evidence and names the themes and their wording; offline when it fails)."""
     topics: Topics = Field(default_factory=Topics)
     """Topic names (DREAM_TOPIC_*, DREAM_PARTITIONS)."""
     kafka: KafkaSecurity = Field(default_factory=KafkaSecurity)

@@ -82,7 +82,7 @@ def worker(args: tuple[str, ...]) -> None:
 def replay(file: Path, store_dir: str | None, dead_path: Path | None,
                  batch_size: int, synthesis: bool) -> None:
     """Push a JSONL file of events through the agents in process, no broker, into the store."""
-    from dreamstream.streams.core.judges import pattern_writer_from_settings
+    from dreamstream.streams.core.judges import pattern_writer_from_settings, theme_reader_from_settings
     from dreamstream.streams.core.replay import ReplaySummary, replay_file, replay_with_synthesis
 
     store = open_configured_store(store_dir, create=True)
@@ -92,7 +92,8 @@ def replay(file: Path, store_dir: str | None, dead_path: Path | None,
             if synthesis:
                 summary = replay_with_synthesis(file, store, state_for(store_dir), batch_size=batch_size,
                                                 dead_path=dead_path, progress=bar.update,
-                                                write_text=pattern_writer_from_settings(settings))
+                                                write_text=pattern_writer_from_settings(settings),
+                                                read_themes=theme_reader_from_settings(settings))
             else:
                 summary = replay_file(file, store, dead_path=dead_path, batch_size=batch_size, progress=bar.update)
     finally:

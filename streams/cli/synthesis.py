@@ -60,7 +60,7 @@ def synthesize(store_dir: str | None, user: str | None, all_users: bool,
     from dreamstream.streams.core import synthesis as runner
     from dreamstream.streams.core.embedding import shared_embedder
     from dreamstream.streams.core.ingest import Processor
-    from dreamstream.streams.core.judges import pattern_writer_from_settings
+    from dreamstream.streams.core.judges import pattern_writer_from_settings, theme_reader_from_settings
     from dreamstream.streams.core.replay import feed
 
     store, state = open_configured_store(store_dir), state_for(store_dir)
@@ -68,7 +68,8 @@ def synthesize(store_dir: str | None, user: str | None, all_users: bool,
     try:
         records = runner.run_due(store, embed, runner._now(), state, force=now,
                                  users=[user] if user else None,
-                                 write_text=pattern_writer_from_settings(settings))
+                                 write_text=pattern_writer_from_settings(settings),
+                                 read_themes=theme_reader_from_settings(settings))
         if user and not records:
             records = [runner.RunRecord(user_id=user, reason="no memories")]
         feed(Processor(store, embed), records)

@@ -1,8 +1,9 @@
-"""Which judge decides merges and supersedes, and who words patterns: built once from settings.
+"""Which judge decides merges and supersedes, and who groups and words patterns: built once from settings.
 
 The agents hold the logic (`agents/merge_supersede.py`, `agents/nli_judge.py`, `agents/llm_judge.py`,
-`agents/pattern_writer.py`); this module only reads `DREAM_JUDGE`, `DREAM_NLI_MODEL`, `DREAM_LLM_*`
-and `DREAM_SYNTHESIS_TEXT`, so the worker, `dream replay` and `dream synthesize` choose alike.
+`agents/pattern_writer.py`, `agents/theme_reader.py`); this module only reads `DREAM_JUDGE`,
+`DREAM_NLI_MODEL`, `DREAM_LLM_*`, `DREAM_SYNTHESIS_TEXT` and `DREAM_SYNTHESIS_THEMES`, so the worker,
+`dream replay` and `dream synthesize` choose alike.
 A misconfiguration is an error at start, not a silent fall back to the offline judge.
 """
 
@@ -14,6 +15,7 @@ from dreamstream.agents.llm_judge import LLMJudge
 from dreamstream.agents.merge_supersede import FeaturesOf, Judge, OfflineJudge
 from dreamstream.agents.nli_judge import NLIJudge
 from dreamstream.agents.pattern_writer import LLMPatternWriter
+from dreamstream.agents.theme_reader import LLMThemeReader
 from dreamstream.schemas.errors import ConfigError
 from dreamstream.streams.core import judge_model
 from dreamstream.streams.core.embedding import shared_embedder
@@ -22,6 +24,7 @@ from dreamstream.streams.settings import Settings
 
 JUDGES = ("learned", "offline", "nli", "llm")
 TEXT_WRITERS = ("offline", "llm")
+THEME_READERS = ("offline", "llm")
 
 
 class JudgeConfigError(ConfigError):
@@ -54,6 +57,12 @@ def check_settings(s: Settings) -> None:
         raise JudgeConfigError(f"DREAM_SYNTHESIS_TEXT={s.synthesis_text!r}: expected one of {', '.join(TEXT_WRITERS)}")
     if text == "llm":
         _endpoint(s, "DREAM_SYNTHESIS_TEXT=llm")
+    themes = s.synthesis_themes.strip().lower()
+    if themes not in THEME_READERS:
+        raise JudgeConfigError(f"DREAM_SYNTHESIS_THEMES={s.synthesis_themes!r}: expected one of "
+                               f"{', '.join(THEME_READERS)}")
+    if themes == "llm":
+        _endpoint(s, "DREAM_SYNTHESIS_THEMES=llm")
 
 
 _built: dict[tuple[object, ...], Judge] = {}
@@ -96,3 +105,21 @@ def pattern_writer_from_settings(s: Settings) -> LLMPatternWriter | None:
     if s.synthesis_text.strip().lower() == "offline":
         return None
     return LLMPatternWriter(_endpoint(s, "DREAM_SYNTHESIS_TEXT=llm").ask_json)
+
+
+_readers: dict[tuple[object, ...], LLMThemeReader] = {}
+READ_TIMEOUT_S = 120.0
+"""At least this long for a theme reading: the model reads a person's whole record (up to 400 memories) and
+answers with several themes, far more than a judge's one pair. It runs off the ingest path."""
+
+
+def theme_reader_from_settings(s: Settings) -> LLMThemeReader | None:
+    """The configured theme reader (one per configuration, so its memo of replies lasts), or None: group offline."""
+    check_settings(s)
+    if s.synthesis_themes.strip().lower() == "offline":
+        return None
+    _endpoint(s, "DREAM_SYNTHESIS_THEMES=llm")
+    key = (s.llm_url, s.llm_model, s.llm_api_key, max(s.llm_timeout, READ_TIMEOUT_S))
+    if key not in _readers:
+        _readers[key] = LLMThemeReader(_chat_endpoint(*key).ask_json)  # type: ignore[arg-type]
+    return _readers[key]

@@ -172,6 +172,7 @@ def replay_with_synthesis(
     cadence_days: float = synthesis.CADENCE_DAYS,
     dead_path: Path | None = None,
     write_text: synthesis.WriteText | None = None,
+    read_themes: synthesis.ReadThemes | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> SynthReplaySummary:
     """Replays a file with synthesis on from its first event, on the weekly schedule in event time.
@@ -195,7 +196,7 @@ def replay_with_synthesis(
     def synth(now: str, force: bool) -> BatchResult:
         t0 = time.perf_counter()
         records = synthesis.run_due(store, embed, now, state, force=force, cadence_days=cadence_days,
-                                 write_text=write_text)
+                                 write_text=write_text, read_themes=read_themes)
         ran = [r for r in records if r.ran]
         summary.runs += len(ran)
         summary.patterns_written += sum(r.patterns_written for r in ran)

@@ -36,6 +36,8 @@ Embed = Callable[[list[str]], np.ndarray]
 WriteText = Callable[[str, Sequence[str]], "str | None"]
 """Optional pattern wording (label, member texts oldest first, each after its month) -> text, or None: keep the
 offline text. `agents.pattern_writer.LLMPatternWriter` is one."""
+ReadThemes = syn.ReadThemes
+"""Optional grouping by a reader of the whole record (`agents.theme_reader.LLMThemeReader`); offline otherwise."""
 
 STATE_FILE = "synthesis_state.json"
 DEFAULT_PROJECT = "_default"
@@ -138,6 +140,10 @@ class RunRecord:
     patterns_retired: int = 0
     text_fallbacks: int = 0
     """Patterns a configured writer could not word (endpoint down, unusable reply): offline text kept."""
+    themes_by: str = "offline"
+    """Who grouped the themes: `llm` (the configured reader) or `offline` (no reader, or it gave no usable answer)."""
+    theme_fallback: bool = False
+    """A reader was configured but gave no usable answer, so the offline grouping ran."""
     duration_seconds: float = 0.0
     pattern_ids: list[str] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
@@ -151,7 +157,8 @@ class RunRecord:
         return (f"{self.user_id}: {self.memories_considered} memories considered, {self.themes} themes, "
                 f"{self.patterns_written} patterns written, {self.patterns_updated} updated, "
                 f"{self.patterns_unchanged} unchanged, {self.patterns_retired} retired in {self.duration_seconds:.2f}s"
-                + (f" ({self.text_fallbacks} worded offline: the writer failed)" if self.text_fallbacks else ""))
+                + (f" ({self.text_fallbacks} worded offline: the writer failed)" if self.text_fallbacks else "")
+                + (" (grouped offline: the reader failed)" if self.theme_fallback else ""))
 
 
 def pattern_event(theme: syn.Theme, now: str, project_id: str | None = None,
@@ -194,7 +201,7 @@ def _evidence(state: SynthesisState, facts: Sequence[Memory]) -> tuple[list[Memo
     return out, main
 
 
-def _run(
+def run_memories(
     user_id: str,
     memories: Sequence[Memory],
     embed: Embed,
@@ -203,7 +210,10 @@ def _run(
     force: bool,
     cadence_days: float,
     write_text: WriteText | None = None,
+    read_themes: ReadThemes | None = None,
 ) -> RunRecord:
+    """One user's step on their memories as read from the store (facts and patterns); touches no store, so a
+    caller may run it off its store thread (an LLM reader or writer can take a while)."""
     start = time.perf_counter()
     record = RunRecord(user_id=user_id)
     now = normalise_time(now, "now")
@@ -221,7 +231,13 @@ def _run(
         record.reason = "not_due"
         return record
     evidence, project_id = _evidence(state, facts)
-    themes = syn.match_existing(syn.find_themes(evidence, embed), patterns) if evidence else []
+    found_themes: list[syn.Theme] | None = None
+    if evidence and read_themes is not None:
+        found_themes = syn.read_themes(evidence, embed, read_themes)
+        record.themes_by, record.theme_fallback = ("llm", False) if found_themes is not None else ("offline", True)
+    if found_themes is None:
+        found_themes = syn.find_themes(evidence, embed) if evidence else []
+    themes = syn.match_existing(found_themes, patterns)
     existing = {p.memory_id: p for p in patterns}
     for theme in themes:
         record.pattern_ids.append(theme.pattern_id)
@@ -231,7 +247,9 @@ def _run(
             record.patterns_unchanged += 1  # same evidence: a written sentence is not asked for again
             continue
         text_by = "offline"
-        if write_text is not None:
+        if record.themes_by == "llm":
+            text_by = "llm"  # the reader worded it with the grouping
+        elif write_text is not None:
             worded = write_text(theme.label, theme.dated() or (theme.text,))
             if worded:
                 theme, text_by = replace(theme, text=worded), "llm"
@@ -284,10 +302,11 @@ def run_for_user(
     cadence_days: float = CADENCE_DAYS,
     save: bool = True,
     write_text: WriteText | None = None,
+    read_themes: ReadThemes | None = None,
 ) -> RunRecord:
     """One user's synthesis step; `force` skips only the cadence gate. Feed `record.events` to a Processor."""
     memories = list(store.scroll({"user_id": user_id}, with_vectors=True))
-    record = _run(user_id, memories, embed, now, state, force, cadence_days, write_text)
+    record = run_memories(user_id, memories, embed, now, state, force, cadence_days, write_text, read_themes)
     if save and record.ran:
         state.save()
     return record
@@ -302,6 +321,7 @@ def run_due(
     cadence_days: float = CADENCE_DAYS,
     users: Iterable[str] | None = None,
     write_text: WriteText | None = None,
+    read_themes: ReadThemes | None = None,
 ) -> list[RunRecord]:
     """Every user (or the given ones) whose gates pass at `now`; one record per user looked at."""
     by_user: dict[str, list[Memory]] = defaultdict(list)
@@ -311,7 +331,8 @@ def run_due(
         return []
     for m in store.scroll(where, with_vectors=True):
         by_user[m.user_id].append(m)
-    records = [_run(u, by_user[u], embed, now, state, force, cadence_days, write_text) for u in sorted(by_user)]
+    records = [run_memories(u, by_user[u], embed, now, state, force, cadence_days, write_text, read_themes)
+               for u in sorted(by_user)]
     if any(r.ran for r in records):
         state.save()
     return records

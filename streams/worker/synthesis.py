@@ -20,6 +20,7 @@ Which projects have synthesis on is a global table written by the ops control ag
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from datetime import timedelta
@@ -31,7 +32,7 @@ import orjson
 from dreamstream.agents import synthesis as syn
 from dreamstream.schemas.events import InvalidEvent, now_iso, parse_memory_event
 from dreamstream.streams.core import synthesis as runner
-from dreamstream.streams.core.judges import pattern_writer_from_settings
+from dreamstream.streams.core.judges import pattern_writer_from_settings, theme_reader_from_settings
 from dreamstream.streams.worker import health, metrics
 from dreamstream.streams.worker.app import _runtime, app, on_store_thread, patterns_topic, processor, settings
 from dreamstream.streams.worker.tables import projects_table
@@ -167,14 +168,20 @@ def owned_partitions() -> set[int] | None:
     return {tp.partition for tp in consumer.assignment() if tp.topic == settings.topics.memory_added}
 
 
-def run_user(user: str, state: dict[str, Any], now: str) -> tuple[runner.RunRecord, dict[str, Any]]:
-    """The pure step for one user against the store (call on the store thread)."""
-    proc = app_processor()
+def load_user(user: str) -> list[Any]:
+    """One user's memories with their vectors (call on the store thread)."""
+    return list(app_processor().store.scroll({"user_id": user}, with_vectors=True))
+
+
+def decide_user(user: str, memories: list[Any], state: dict[str, Any], now: str) -> tuple[runner.RunRecord,
+                                                                                           dict[str, Any]]:
+    """The step for one user on memories already read: off the store thread, because a configured LLM reader or
+    writer may take seconds and ingest must not wait for it."""
     sstate = runner.SynthesisState(projects=project_settings(), users={user: dict(state)})
-    record = runner.run_for_user(proc.store, proc.embed, user, now, sstate,
-                                 cadence_days=settings.synthesis_cadence_days,
-                                 write_text=pattern_writer_from_settings(settings))
-    runner.apply(proc.store, [record])
+    record = runner.run_memories(user, memories, app_processor().embed, now, sstate, False,
+                                 settings.synthesis_cadence_days,
+                                 write_text=pattern_writer_from_settings(settings),
+                                 read_themes=theme_reader_from_settings(settings))
     return record, sstate.users.get(user) or {}
 
 
@@ -214,7 +221,9 @@ async def tick(now: str | None = None) -> list[runner.RunRecord]:
         if await on_store_thread(ingest_behind, user, state):
             continue  # the store has not caught up with what was counted: look again next tick
         started = time.perf_counter()
-        record, after = await on_store_thread(run_user, user, state, now)
+        memories = await on_store_thread(load_user, user)
+        record, after = await asyncio.to_thread(decide_user, user, memories, state, now)
+        await on_store_thread(runner.apply, app_processor().store, [record])
         for ev in record.events:
             await patterns_topic.send(key=user.encode(), value=orjson.dumps(ev))
         run = {
@@ -222,7 +231,8 @@ async def tick(now: str | None = None) -> list[runner.RunRecord]:
             "memories_considered": record.memories_considered, "themes": record.themes,
             "patterns_written": record.patterns_written, "patterns_updated": record.patterns_updated,
             "patterns_unchanged": record.patterns_unchanged, "patterns_retired": record.patterns_retired,
-            "pattern_ids": record.pattern_ids, "evidence_used": after.get("evidence_used", []),
+            "themes_by": record.themes_by, "pattern_ids": record.pattern_ids,
+            "evidence_used": after.get("evidence_used", []),
             "eligible_seen": state.get("eligible", 0), "recent_eligible": recent_eligible(user, int(cadence)),
             "duration_seconds": round(time.perf_counter() - started, 4), "at": now_iso(),
         }

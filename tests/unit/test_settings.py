@@ -23,6 +23,7 @@ ENV_NAMES = {  # field -> the variable it has always been read from
     "embed_backend": "DREAM_EMBED_BACKEND", "embed_threads": "DREAM_EMBED_THREADS", "judge": "DREAM_JUDGE",
     "nli_model": "DREAM_NLI_MODEL", "llm_url": "DREAM_LLM_URL", "llm_model": "DREAM_LLM_MODEL",
     "llm_api_key": "DREAM_LLM_API_KEY", "llm_timeout": "DREAM_LLM_TIMEOUT", "synthesis_text": "DREAM_SYNTHESIS_TEXT",
+    "synthesis_themes": "DREAM_SYNTHESIS_THEMES",
     "topics.memory_added": "DREAM_TOPIC_MEMORY_ADDED", "topics.memory_status": "DREAM_TOPIC_MEMORY_STATUS",
     "topics.patterns": "DREAM_TOPIC_PATTERNS", "topics.dead_letters": "DREAM_TOPIC_DEAD_LETTERS",
     "topics.synthesis_runs": "DREAM_TOPIC_SYNTHESIS_RUNS", "topics.control": "DREAM_TOPIC_CONTROL",

@@ -1,0 +1,185 @@
+"""LLM grouping for synthesis (DREAM_SYNTHESIS_THEMES=llm) against a real local HTTP server speaking
+/v1/chat/completions, with the real store and model: what the reader is shown, which of its themes are
+kept, and what happens when it fails."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Iterator, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from dreamstream.agents import synthesis as syn
+from dreamstream.agents.llm_reply import LLMReplyError
+from dreamstream.agents.theme_reader import MAX_CHARS, LLMThemeReader, ReadTheme, check_themes
+from dreamstream.schemas.memory import Memory
+from dreamstream.streams import settings
+from dreamstream.streams.core import judges
+from dreamstream.streams.core import synthesis as runner
+from dreamstream.streams.core.ingest import Processor
+from dreamstream.streams.core.llm_client import ChatEndpoint
+from tests.unit.test_synthesis_runner import NOW, T0, events, ingest, patterns
+
+THREAD = "User is training for a marathon: weekly mileage, strength work and a tracked plan."
+FITNESS_WORDS = ("run", "marathon", "weights", "workout", "training")
+TEXTS = [
+    "Thinking about buying a Garmin watch.",  # a plan a later memory reports done
+    "Their sister lives in Oslo.",
+    "Runs about 40 km every week.",
+    "Her brother adopted a dog called Rex.",  # someone else's fact
+    "Lifts weights three times a week.",
+    "Prefers answers in Spanish.",
+    "Tracks every workout on a Garmin watch.",
+    "Allergic to penicillin.",
+    "Goal: a sub-4-hour marathon next spring.",
+    "Drives a grey Volvo estate.",
+    "Does a long run every Sunday morning.",
+    "Birthday is on 4 July.",
+    "Follows a twelve-week training plan for the half marathon.",
+    "Works as an accountant at a bakery chain.",
+    "Phone is an iPhone 14.",
+    "Favourite film is Amélie.",
+    "Hates coriander.",
+    "Grew up in Valencia.",
+    "Has a cat called Miso.",
+    "Reads crime novels.",
+    "Lives in Lisbon.",
+    "Is allergic to penicillin.",
+    "Has a penicillin allergy.",
+]
+
+
+class ThemeChat(BaseHTTPRequestHandler):
+    """Reads the numbered lines it is shown and answers like a reader would: the fitness lines as one theme,
+    plus themes the checks must drop (a restatement, a line it was never shown, too few members)."""
+
+    prompts: ClassVar[list[str]] = []
+    systems: ClassVar[list[str]] = []
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server API
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        prompt = body["messages"][-1]["content"]
+        ThemeChat.prompts.append(prompt)
+        ThemeChat.systems.append(body["messages"][0]["content"])
+        lines = dict((int(n), t) for n, t in re.findall(r"^(\d+)\. \(\d{4}-\d{2}\) (.*)$", prompt, re.MULTILINE))
+        fit = [n for n, t in lines.items() if any(w in t.lower() for w in FITNESS_WORDS)]
+        allergy = [n for n, t in lines.items() if "penicillin" in t]
+        reply = {"themes": [
+            {"theme": THREAD, "members": fit},
+            {"theme": "User is allergic to penicillin.", "members": allergy},  # one fact, said twice
+            {"theme": "User reads.", "members": [fit[0], fit[1], len(lines) + 5]},  # a line never shown
+            {"theme": "User travels.", "members": [fit[0], fit[1]]},  # two members
+        ]}
+        data = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": json.dumps(reply)}}]})
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(data.encode())
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        return
+
+
+@pytest.fixture()
+def chat() -> Iterator[str]:
+    ThemeChat.prompts, ThemeChat.systems = [], []
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), ThemeChat)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}/v1"
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_replies_are_checked_theme_by_theme() -> None:
+    reply = {"themes": [
+        {"theme": "  A   habit.  ", "members": [3, 1, 2, 2]},
+        {"theme": "Shown a line it never saw.", "members": [1, 2, 9]},
+        {"theme": "Too little.", "members": [1, 2]},
+        {"theme": "x" * (MAX_CHARS + 1), "members": [1, 2, 3]},
+        {"theme": "", "members": [1, 2, 3]},
+        {"theme": "Booleans are no line numbers.", "members": [True, 2, 3]},
+        "not an object",
+    ]}
+    [kept] = check_themes(reply, n_lines=5)
+    assert kept.text == "A habit." and kept.members == (0, 1, 2)
+    with pytest.raises(LLMReplyError):
+        check_themes({"patterns": []}, n_lines=5)
+
+
+def test_the_reader_groups_from_the_persons_own_current_facts(edge_store: Any, embedder: Any, chat: str,
+                                                             tmp_path: Path) -> None:
+    ingest(Processor(edge_store, embedder), events("u1", texts=TEXTS))
+    state = runner.SynthesisState.load(tmp_path / "state.json")
+    runner.enable(state, None, T0)
+    reader = LLMThemeReader(ChatEndpoint(chat, "test-model").ask_json)
+
+    def run(now: str) -> runner.RunRecord:
+        record = runner.run_for_user(edge_store, embedder, "u1", now, state, force=True, read_themes=reader)
+        runner.apply(edge_store, [record])
+        ingest(Processor(edge_store, embedder), record.events)
+        return record
+
+    first = run(NOW)
+    [prompt] = ThemeChat.prompts
+    assert "Is allergic to penicillin" not in prompt  # merged at ingest: not evidence
+    system = ThemeChat.systems[0]
+    assert "a plan a later line reports done" in system and "A friend's, partner's or child's facts" in system
+    # Every other memory, a done plan and other people's facts included: the reader applies the rules its
+    # system message states, from the whole record, in time order.
+    shown = re.findall(r"^\d+\. \((\d{4}-\d{2})\) (.*)$", prompt, re.MULTILINE)
+    assert sorted(t for _, t in shown) == sorted(t for t in TEXTS if t != "Is allergic to penicillin.")
+    assert [d for d, _ in shown] == sorted(d for d, _ in shown)
+
+    assert first.ran and first.themes_by == "llm" and not first.theme_fallback and first.themes == 1
+    [pattern] = patterns(edge_store)
+    assert pattern.text == THREAD and pattern.metadata["text_by"] == "llm"
+    by_id = {e["memory_id"]: e["text"] for e in events("u1", texts=TEXTS)}
+    assert sorted(by_id[s] for s in pattern.sources) == sorted(
+        t for t in TEXTS[1:] if any(w in t.lower() for w in FITNESS_WORDS))
+
+    again = run("2025-04-09T00:00:00Z")  # same evidence: the reader is not asked again, nothing rewritten
+    assert len(ThemeChat.prompts) == 1 and again.patterns_unchanged == 1 and not again.events
+
+
+def test_a_theme_of_restatements_is_no_pattern(embedder: Any) -> None:
+    """Three members that say one thing count once: the reader's theme is dropped, its other one kept."""
+    texts = ["Allergic to penicillin.", "Is allergic to penicillin.", "Has an allergy to penicillin.",
+             "Runs about 40 km every week.", "Does a long run every Sunday morning.",
+             "Follows a twelve-week training plan for the half marathon.", "Drives a grey Volvo estate."]
+    mems = [Memory(memory_id=f"m{i}", user_id="u1", text=t, created_at=f"2025-03-0{i + 1}T00:00:00Z",
+                   updated_at=f"2025-03-0{i + 1}T00:00:00Z") for i, t in enumerate(texts)]
+
+    def reader(lines: Sequence[tuple[str, str]]) -> list[ReadTheme]:
+        assert [t for _, t in lines] == texts
+        return [ReadTheme("User is allergic to penicillin.", (0, 1, 2)), ReadTheme(THREAD, (3, 4, 5))]
+
+    [theme] = syn.read_themes(mems, embedder, reader) or []
+    assert theme.memory_ids == ("m3", "m4", "m5") and theme.text == THREAD and theme.key == "theme:m3"
+
+
+def test_without_a_usable_answer_the_run_groups_offline(edge_store: Any, embedder: Any, tmp_path: Path) -> None:
+    ingest(Processor(edge_store, embedder), events("u1"))
+    state = runner.SynthesisState.load(tmp_path / "state.json")
+    runner.enable(state, None, T0)
+    unreachable = LLMThemeReader(ChatEndpoint("http://127.0.0.1:9/v1", "m", timeout_s=1).ask_json)
+    record = runner.run_for_user(edge_store, embedder, "u1", NOW, state, force=True, read_themes=unreachable)
+    offline = runner.run_for_user(edge_store, embedder, "u1", NOW, state, force=True)
+    assert record.ran and record.themes_by == "offline" and record.theme_fallback
+    assert "grouped offline" in record.describe()
+    assert [e["sources"] for e in record.events] == [e["sources"] for e in offline.events] != []
+    assert all(e["metadata"]["text_by"] == "offline" for e in record.events)
+
+
+def test_settings_build_the_reader_or_refuse() -> None:
+    s = settings.Settings(synthesis_themes="llm", llm_url="http://127.0.0.1:1/v1", llm_model="m")  # type: ignore[call-arg]
+    reader = judges.theme_reader_from_settings(s)
+    assert isinstance(reader, LLMThemeReader) and judges.theme_reader_from_settings(s) is reader
+    assert judges.theme_reader_from_settings(settings.Settings()) is None
+    for bad in ({"synthesis_themes": "llm"}, {"synthesis_themes": "clusters"}):
+        with pytest.raises(judges.JudgeConfigError, match="DREAM_SYNTHESIS_THEMES"):
+            judges.check_settings(settings.Settings(**bad))  # type: ignore[arg-type]
