@@ -48,6 +48,11 @@ MAX_CHARS = 450
 MAX_THEMES = 12
 MIN_MEMBERS = 3
 """As the guide for theme writers says: a pattern needs at least three memories."""
+BEFORE_NOTE = ("Themes named before, with their lines in the list above (keep each while it still holds, "
+               "adding its new members and rewording it where what holds now changed; drop one that no longer "
+               "holds):")
+"""Shown after the memories when the person has patterns from earlier runs: the grouping stays stable from
+one run to the next instead of being drawn afresh each week."""
 MEMO = 256
 """Replies kept per reader: a run repeated on the same evidence (a forced re-run) asks nothing again, so
 the model's grouping, once given, stays (synthesis is idempotent)."""
@@ -96,20 +101,26 @@ class LLMThemeReader:
 
     ask: AskJSON
     name: str = "llm"
-    _memo: dict[tuple[tuple[str, str], ...], list[ReadTheme]] = field(default_factory=dict, repr=False, compare=False)
+    _memo: dict[object, list[ReadTheme]] = field(default_factory=dict, repr=False, compare=False)
 
-    def messages(self, lines: Sequence[tuple[str, str]]) -> list[dict[str, str]]:
-        """`lines`: (created_at, text) oldest first, at most MAX_LINES."""
+    def messages(self, lines: Sequence[tuple[str, str]],
+                 before: Sequence[tuple[str, Sequence[int]]] = ()) -> list[dict[str, str]]:
+        """`lines`: (created_at, text) oldest first, at most MAX_LINES; `before`: earlier patterns' sentences
+        with their sources' line numbers (1-based)."""
         body = "\n".join(f"{n}. ({month_of(d)}) {' '.join(t.split())}" for n, (d, t) in enumerate(lines, start=1))
-        return [{"role": "system", "content": SYSTEM_PROMPT},
-                {"role": "user", "content": f"Memories, oldest first:\n{body}"}]
+        user = f"Memories, oldest first:\n{body}"
+        if before:
+            user += "\n\n" + BEFORE_NOTE + "".join(
+                f"\n- {' '.join(t.split())} (lines {', '.join(map(str, ns))})" for t, ns in before)
+        return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
 
-    def __call__(self, lines: Sequence[tuple[str, str]]) -> list[ReadTheme] | None:
-        key = tuple(lines)
+    def __call__(self, lines: Sequence[tuple[str, str]],
+                 before: Sequence[tuple[str, Sequence[int]]] = ()) -> list[ReadTheme] | None:
+        key = tuple(lines)  # the same evidence: the answer stands (`before` is what that answer made of it)
         if key in self._memo:
             return self._memo[key]
         try:
-            themes = check_themes(self.ask(self.messages(lines)), len(lines))
+            themes = check_themes(self.ask(self.messages(lines, before)), len(lines))
         except Exception:  # noqa: BLE001 - any failure means: group offline (and ask again next time)
             return None
         if len(self._memo) >= MEMO:

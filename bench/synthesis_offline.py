@@ -91,7 +91,8 @@ def build_memories(events: list[dict[str, Any]], labels: dict[str, dict[str, Any
     return by_user
 
 
-def scheduled(mems: list[Memory], embed: Model) -> list[Memory]:
+def scheduled(mems: list[Memory], embed: Model, read_themes: Any = None,
+              cadence_days: float | None = None) -> list[Memory]:
     """One user's patterns after weekly runs in event time (the runner's own `_run`), plus a final run.
 
     Statuses are the final ones throughout (labels or --statuses), so this isolates what running
@@ -108,7 +109,7 @@ def scheduled(mems: list[Memory], embed: Model) -> list[Memory]:
     def run(now: str, force: bool) -> None:
         seen = [m for m in ordered if m.created_at <= now]
         record = runner.run_memories(mems[0].user_id, seen + list(patterns.values()), embed, now, state, force,
-                             runner.CADENCE_DAYS)
+                                     cadence_days or runner.CADENCE_DAYS, read_themes=read_themes)
         for ev in record.events:
             patterns[ev["memory_id"]] = Memory(
                 memory_id=ev["memory_id"], user_id=ev["user_id"], text=ev["text"], created_at=now, updated_at=now,
@@ -136,6 +137,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--show", action="store_true", help="print each pattern")
     ap.add_argument("--llm-answers", type=Path, default=None,
                     help="group with the LLM theme reader, answered from this folder (bench/llm_files.py)")
+    ap.add_argument("--cadence-days", type=float, default=None, help="with --schedule: days between runs (7)")
+    ap.add_argument("--users", nargs="*", help="only these users")
     ap.add_argument("--schedule", action="store_true",
                     help="run as `dream replay --synthesis` does: weekly in event time over the memories created "
                          "so far, patterns kept or retired between runs, once more at the end")
@@ -153,6 +156,8 @@ def main(argv: list[str]) -> int:
     vectors = cached_vectors([e["text"] for e in events], model)
     t_embed = time.perf_counter()
     by_user = build_memories(events, labels, vectors, args.keep_all)
+    if args.users:
+        by_user = {u: m for u, m in by_user.items() if u in set(args.users)}
 
     rows: list[dict[str, Any]] = []
     n_patterns = 0
@@ -170,7 +175,7 @@ def main(argv: list[str]) -> int:
     if args.schedule:
         for user_id in sorted(by_user):
             rows.extend(m.export_row() for m in by_user[user_id])
-            found = scheduled(by_user[user_id], model)
+            found = scheduled(by_user[user_id], model, reader, args.cadence_days)
             users_synth += bool(found)
             n_patterns += len(found)
             rows.extend(p.export_row() for p in found)

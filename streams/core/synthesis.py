@@ -233,7 +233,8 @@ def run_memories(
     evidence, project_id = _evidence(state, facts)
     found_themes: list[syn.Theme] | None = None
     if evidence and read_themes is not None:
-        found_themes = syn.read_themes(evidence, embed, read_themes)
+        found_themes = syn.read_themes(evidence, embed, read_themes,
+                                       [p for p in patterns if p.metadata.get("source") == SOURCE])
         record.themes_by, record.theme_fallback = ("llm", False) if found_themes is not None else ("offline", True)
     if found_themes is None:
         found_themes = syn.find_themes(evidence, embed) if evidence else []

@@ -16,7 +16,7 @@ import pytest
 
 from dreamstream.agents import synthesis as syn
 from dreamstream.agents.llm_reply import LLMReplyError
-from dreamstream.agents.theme_reader import MAX_CHARS, LLMThemeReader, ReadTheme, check_themes
+from dreamstream.agents.theme_reader import BEFORE_NOTE, MAX_CHARS, LLMThemeReader, ReadTheme, check_themes
 from dreamstream.schemas.memory import Memory
 from dreamstream.streams import settings
 from dreamstream.streams.core import judges
@@ -145,6 +145,22 @@ def test_the_reader_groups_from_the_persons_own_current_facts(edge_store: Any, e
     again = run("2025-04-09T00:00:00Z")  # same evidence: the reader is not asked again, nothing rewritten
     assert len(ThemeChat.prompts) == 1 and again.patterns_unchanged == 1 and not again.events
 
+    # New evidence: the reader is shown the theme it named before, with its sources' lines, and the pattern
+    # keeps its id as it grows.
+    ingest(Processor(edge_store, embedder), [{**events("u1", texts=TEXTS)[0], "event_id": "e-new", "memory_id": "m-new",
+                                              "text": "Ran the Lisbon half marathon in 1:52.",
+                                              "created_at": "2025-04-05T00:00:00Z"}])
+    grown = run("2025-04-20T00:00:00Z")
+    later = ThemeChat.prompts[-1]
+    assert len(ThemeChat.prompts) == 2 and BEFORE_NOTE in later
+    lines = dict(re.findall(r"^(\d+)\. \(\d{4}-\d{2}\) (.*)$", later, re.MULTILINE))
+    shown_before = re.search(re.escape(THREAD) + r" \(lines ([\d, ]+)\)", later)
+    assert shown_before and sorted(lines[n] for n in shown_before.group(1).split(", ")) == sorted(
+        by_id[s] for s in pattern.sources)
+    assert grown.patterns_updated == 1 and grown.pattern_ids == [pattern.memory_id]
+    [now_pattern] = patterns(edge_store)
+    assert "m-new" in now_pattern.sources and now_pattern.memory_id == pattern.memory_id
+
 
 def test_a_theme_of_restatements_is_no_pattern(embedder: Any) -> None:
     """Three members that say one thing count once: the reader's theme is dropped, its other one kept."""
@@ -154,7 +170,7 @@ def test_a_theme_of_restatements_is_no_pattern(embedder: Any) -> None:
     mems = [Memory(memory_id=f"m{i}", user_id="u1", text=t, created_at=f"2025-03-0{i + 1}T00:00:00Z",
                    updated_at=f"2025-03-0{i + 1}T00:00:00Z") for i, t in enumerate(texts)]
 
-    def reader(lines: Sequence[tuple[str, str]]) -> list[ReadTheme]:
+    def reader(lines: Sequence[tuple[str, str]], before: Sequence[tuple[str, Sequence[int]]]) -> list[ReadTheme]:
         assert [t for _, t in lines] == texts
         return [ReadTheme("User is allergic to penicillin.", (0, 1, 2)), ReadTheme(THREAD, (3, 4, 5))]
 
