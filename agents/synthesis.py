@@ -853,15 +853,12 @@ def own_current(mems: Sequence[Memory], vectors: np.ndarray, person: str, names:
     return [i for i, m in enumerate(mems) if i not in done and not about_someone_else(m.text, person, names)]
 
 
-ReadThemes = Callable[[Sequence[tuple[str, str]], Sequence[tuple[str, Sequence[int]]]],
-                      "Sequence[ReadTheme] | None"]
-"""A reader of one person's whole record: (created_at, text) oldest first, and the patterns it named before
-(text, 1-based line numbers of their sources) -> themes, or None (group offline).
+ReadThemes = Callable[[Sequence[tuple[str, str]]], "Sequence[ReadTheme] | None"]
+"""A reader of one person's whole record: (created_at, text) oldest first -> themes, or None (group offline).
 `agents.theme_reader.LLMThemeReader` is one."""
 
 
-def read_themes(user_memories: Sequence[Memory], embed: Embed, reader: ReadThemes,
-                existing_patterns: Sequence[Memory] = ()) -> list[Theme] | None:
+def read_themes(user_memories: Sequence[Memory], embed: Embed, reader: ReadThemes) -> list[Theme] | None:
     """Themes a reader (an LLM) groups from one user's evidence; None when it gives no usable answer (the
     caller then groups offline).
 
@@ -872,8 +869,8 @@ def read_themes(user_memories: Sequence[Memory], embed: Embed, reader: ReadTheme
     the 668 members careful readers used (the person's own business or project named as the subject, a
     direction's first step), and the reader applies the rules better from the whole record. Each theme it
     names must have MIN_THEME_SIZE distinct pieces of evidence (restatements count once); its sentence is
-    the pattern's text. The user's active patterns (`existing_patterns`) are shown to it with their sources'
-    lines, so that a weekly run keeps a theme that still holds instead of drawing the lines afresh.
+    the pattern's text. Every run reads the whole record afresh; the caller keeps the ids of patterns
+    whose evidence a theme shares (`match_existing`) and retires those the reader no longer names.
     """
     mems = sorted(user_memories, key=lambda m: (m.created_at, m.memory_id))
     if len(mems) < MIN_THEME_SIZE:
@@ -885,13 +882,7 @@ def read_themes(user_memories: Sequence[Memory], embed: Embed, reader: ReadTheme
     person = person_name([m.text for m in mems])
     shown = mems[-MAX_LINES:]
     vectors = _vectors(shown, embed)
-    line_of = {m.memory_id: n for n, m in enumerate(shown, start=1)}
-    before = []
-    for p in sorted(existing_patterns, key=lambda p: (p.created_at, p.memory_id)):
-        lines = sorted(line_of[s] for s in p.sources if s in line_of)
-        if p.kind == "pattern" and p.status == "active" and p.user_id == user_id and lines:
-            before.append((p.text, lines))
-    answer = reader([(m.created_at, m.text) for m in shown], before)
+    answer = reader([(m.created_at, m.text) for m in shown])
     if answer is None:
         return None
     ignore = frozenset({person.lower(), "user"})

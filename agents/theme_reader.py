@@ -48,11 +48,6 @@ MAX_CHARS = 450
 MAX_THEMES = 12
 MIN_MEMBERS = 3
 """As the guide for theme writers says: a pattern needs at least three memories."""
-BEFORE_NOTE = ("Themes named before, with their lines in the list above (keep each while it still holds, "
-               "adding its new members and rewording it where what holds now changed; drop one that no longer "
-               "holds):")
-"""Shown after the memories when the person has patterns from earlier runs: the grouping stays stable from
-one run to the next instead of being drawn afresh each week."""
 MEMO = 256
 """Replies kept per reader: a run repeated on the same evidence (a forced re-run) asks nothing again, so
 the model's grouping, once given, stays (synthesis is idempotent)."""
@@ -103,24 +98,23 @@ class LLMThemeReader:
     name: str = "llm"
     _memo: dict[object, list[ReadTheme]] = field(default_factory=dict, repr=False, compare=False)
 
-    def messages(self, lines: Sequence[tuple[str, str]],
-                 before: Sequence[tuple[str, Sequence[int]]] = ()) -> list[dict[str, str]]:
-        """`lines`: (created_at, text) oldest first, at most MAX_LINES; `before`: earlier patterns' sentences
-        with their sources' line numbers (1-based)."""
-        body = "\n".join(f"{n}. ({month_of(d)}) {' '.join(t.split())}" for n, (d, t) in enumerate(lines, start=1))
-        user = f"Memories, oldest first:\n{body}"
-        if before:
-            user += "\n\n" + BEFORE_NOTE + "".join(
-                f"\n- {' '.join(t.split())} (lines {', '.join(map(str, ns))})" for t, ns in before)
-        return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+    def messages(self, lines: Sequence[tuple[str, str]]) -> list[dict[str, str]]:
+        """`lines`: (created_at, text) oldest first, at most MAX_LINES.
 
-    def __call__(self, lines: Sequence[tuple[str, str]],
-                 before: Sequence[tuple[str, Sequence[int]]] = ()) -> list[ReadTheme] | None:
-        key = tuple(lines)  # the same evidence: the answer stands (`before` is what that answer made of it)
+        Only the record: not the patterns of earlier runs. Shown those and asked to keep what still holds,
+        a reader kept every earlier theme and added new ones, run after run (monthly runs over three
+        calibration people: 9 to 10 patterns each, 7 of the 18 labelled themes found, precision 0.25;
+        one reading of the final record: 14 of 18, precision 0.88)."""
+        body = "\n".join(f"{n}. ({month_of(d)}) {' '.join(t.split())}" for n, (d, t) in enumerate(lines, start=1))
+        return [{"role": "system", "content": SYSTEM_PROMPT},
+                {"role": "user", "content": f"Memories, oldest first:\n{body}"}]
+
+    def __call__(self, lines: Sequence[tuple[str, str]]) -> list[ReadTheme] | None:
+        key = tuple(lines)
         if key in self._memo:
             return self._memo[key]
         try:
-            themes = check_themes(self.ask(self.messages(lines, before)), len(lines))
+            themes = check_themes(self.ask(self.messages(lines)), len(lines))
         except Exception:  # noqa: BLE001 - any failure means: group offline (and ask again next time)
             return None
         if len(self._memo) >= MEMO:

@@ -233,8 +233,7 @@ def run_memories(
     evidence, project_id = _evidence(state, facts)
     found_themes: list[syn.Theme] | None = None
     if evidence and read_themes is not None:
-        found_themes = syn.read_themes(evidence, embed, read_themes,
-                                       [p for p in patterns if p.metadata.get("source") == SOURCE])
+        found_themes = syn.read_themes(evidence, embed, read_themes)
         record.themes_by, record.theme_fallback = ("llm", False) if found_themes is not None else ("offline", True)
     if found_themes is None:
         found_themes = syn.find_themes(evidence, embed) if evidence else []
@@ -263,13 +262,17 @@ def run_memories(
         record.events.append(pattern_event(theme, now, project_id, text_by))
     found = set(record.pattern_ids)
     standing = {m.memory_id for m in evidence}
-    # Additive: a pattern this run did not reproduce stays while its evidence stands (clustering may
-    # simply have drawn the lines elsewhere this time); it is retired once fewer than a theme's worth
-    # of its sources are still eligible (superseded, merged, or the boundary moved past them).
+    # Additive offline: a pattern this run did not reproduce stays while its evidence stands (clustering
+    # may simply have drawn the lines elsewhere this time); it is retired once fewer than a theme's worth
+    # of its sources are still eligible (superseded, merged, or the boundary moved past them). A reader's
+    # answer is the person's themes as of now: what it no longer names is retired (expired, kept, and back
+    # with its id when a later reading names it again). Kept as well, its patterns piled up run after run.
+    reread = record.themes_by == "llm"
     record.retired = sorted(
         p.memory_id for p in patterns
         if p.memory_id not in found and p.status == "active" and p.user_id == user_id
-        and p.metadata.get("source") == SOURCE and len(standing & set(p.sources)) < syn.MIN_THEME_SIZE)
+        and p.metadata.get("source") == SOURCE
+        and (reread or len(standing & set(p.sources)) < syn.MIN_THEME_SIZE))
     record.patterns_retired = len(record.retired)
     record.ran = True
     record.memories_considered = len(evidence)

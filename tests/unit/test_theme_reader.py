@@ -16,7 +16,7 @@ import pytest
 
 from dreamstream.agents import synthesis as syn
 from dreamstream.agents.llm_reply import LLMReplyError
-from dreamstream.agents.theme_reader import BEFORE_NOTE, MAX_CHARS, LLMThemeReader, ReadTheme, check_themes
+from dreamstream.agents.theme_reader import MAX_CHARS, LLMThemeReader, ReadTheme, check_themes
 from dreamstream.schemas.memory import Memory
 from dreamstream.streams import settings
 from dreamstream.streams.core import judges
@@ -60,6 +60,8 @@ class ThemeChat(BaseHTTPRequestHandler):
 
     prompts: ClassVar[list[str]] = []
     systems: ClassVar[list[str]] = []
+    silent: ClassVar[bool] = False
+    """Answer with no themes at all."""
 
     def do_POST(self) -> None:  # noqa: N802 - http.server API
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -69,7 +71,7 @@ class ThemeChat(BaseHTTPRequestHandler):
         lines = dict((int(n), t) for n, t in re.findall(r"^(\d+)\. \(\d{4}-\d{2}\) (.*)$", prompt, re.MULTILINE))
         fit = [n for n, t in lines.items() if any(w in t.lower() for w in FITNESS_WORDS)]
         allergy = [n for n, t in lines.items() if "penicillin" in t]
-        reply = {"themes": [
+        reply: dict[str, list[dict[str, Any]]] = {"themes": [] if ThemeChat.silent else [
             {"theme": THREAD, "members": fit},
             {"theme": "User is allergic to penicillin.", "members": allergy},  # one fact, said twice
             {"theme": "User reads.", "members": [fit[0], fit[1], len(lines) + 5]},  # a line never shown
@@ -87,7 +89,7 @@ class ThemeChat(BaseHTTPRequestHandler):
 
 @pytest.fixture()
 def chat() -> Iterator[str]:
-    ThemeChat.prompts, ThemeChat.systems = [], []
+    ThemeChat.prompts, ThemeChat.systems, ThemeChat.silent = [], [], False
     srv = ThreadingHTTPServer(("127.0.0.1", 0), ThemeChat)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{srv.server_address[1]}/v1"
@@ -145,21 +147,30 @@ def test_the_reader_groups_from_the_persons_own_current_facts(edge_store: Any, e
     again = run("2025-04-09T00:00:00Z")  # same evidence: the reader is not asked again, nothing rewritten
     assert len(ThemeChat.prompts) == 1 and again.patterns_unchanged == 1 and not again.events
 
-    # New evidence: the reader is shown the theme it named before, with its sources' lines, and the pattern
-    # keeps its id as it grows.
-    ingest(Processor(edge_store, embedder), [{**events("u1", texts=TEXTS)[0], "event_id": "e-new", "memory_id": "m-new",
-                                              "text": "Ran the Lisbon half marathon in 1:52.",
-                                              "created_at": "2025-04-05T00:00:00Z"}])
+    # New evidence: the whole record is read afresh, and the pattern keeps its id as it grows.
+    def add(memory_id: str, text: str, created_at: str) -> None:
+        ingest(Processor(edge_store, embedder), [{**events("u1", texts=TEXTS)[0], "event_id": f"e-{memory_id}",
+                                                  "memory_id": memory_id, "text": text, "created_at": created_at}])
+
+    add("m-new", "Ran the Lisbon half marathon in 1:52.", "2025-04-05T00:00:00Z")
     grown = run("2025-04-20T00:00:00Z")
-    later = ThemeChat.prompts[-1]
-    assert len(ThemeChat.prompts) == 2 and BEFORE_NOTE in later
-    lines = dict(re.findall(r"^(\d+)\. \(\d{4}-\d{2}\) (.*)$", later, re.MULTILINE))
-    shown_before = re.search(re.escape(THREAD) + r" \(lines ([\d, ]+)\)", later)
-    assert shown_before and sorted(lines[n] for n in shown_before.group(1).split(", ")) == sorted(
-        by_id[s] for s in pattern.sources)
-    assert grown.patterns_updated == 1 and grown.pattern_ids == [pattern.memory_id]
+    assert len(ThemeChat.prompts) == 2 and "Lisbon half marathon" in ThemeChat.prompts[-1]
+    assert grown.patterns_updated == 1 and grown.pattern_ids == [pattern.memory_id] and not grown.retired
     [now_pattern] = patterns(edge_store)
     assert "m-new" in now_pattern.sources and now_pattern.memory_id == pattern.memory_id
+
+    # A reading that no longer names the theme retires its pattern (kept, expired); naming it again brings
+    # the same pattern back.
+    ThemeChat.silent = True
+    add("m-quiet", "Took up watercolour painting.", "2025-05-01T00:00:00Z")
+    quiet = run("2025-05-10T00:00:00Z")
+    assert quiet.themes_by == "llm" and quiet.retired == [pattern.memory_id] and not patterns(edge_store)
+    assert edge_store.retrieve([pattern.memory_id])[pattern.memory_id].status == "expired"
+    ThemeChat.silent = False
+    add("m-back", "Signed up for the Porto marathon in October.", "2025-05-20T00:00:00Z")
+    back = run("2025-06-01T00:00:00Z")
+    assert back.pattern_ids == [pattern.memory_id] and [p.memory_id for p in patterns(edge_store)] == [
+        pattern.memory_id]
 
 
 def test_a_theme_of_restatements_is_no_pattern(embedder: Any) -> None:
@@ -170,7 +181,7 @@ def test_a_theme_of_restatements_is_no_pattern(embedder: Any) -> None:
     mems = [Memory(memory_id=f"m{i}", user_id="u1", text=t, created_at=f"2025-03-0{i + 1}T00:00:00Z",
                    updated_at=f"2025-03-0{i + 1}T00:00:00Z") for i, t in enumerate(texts)]
 
-    def reader(lines: Sequence[tuple[str, str]], before: Sequence[tuple[str, Sequence[int]]]) -> list[ReadTheme]:
+    def reader(lines: Sequence[tuple[str, str]]) -> list[ReadTheme]:
         assert [t for _, t in lines] == texts
         return [ReadTheme("User is allergic to penicillin.", (0, 1, 2)), ReadTheme(THREAD, (3, 4, 5))]
 
