@@ -137,12 +137,11 @@ def pattern_usefulness(case: Path, state: Path, verdict_file: Path) -> dict[str,
             "share_2": round(got.count(2) / len(got), 4) if got else None}
 
 
-def reader_themes(case: Path) -> dict[str, Any]:
+def reader_themes(case: Path, answers: Path) -> dict[str, Any]:
     """The sealed corpus themes grouped by the LLM theme reader from its recorded answers (bench/llm_files.py):
     what DREAM_SYNTHESIS_THEMES=llm finds where a capable model answers. A prompt whose text changed since the
     answers were recorded finds none, and that person is grouped offline (counted as `unanswered`)."""
-    answers = REPO / "bench" / "corpus" / "reader-answers" / "test"
-    state = WORK / "corpus-themes-reader.jsonl"
+    state = WORK / f"corpus-themes-reader-{answers.name}.jsonl"
     out = subprocess.run([sys.executable, str(REPO / "bench" / "synthesis_offline.py"), str(case), "--keep-all",
                           "--llm-answers", str(answers), "--state", str(state)],
                          capture_output=True, text=True, check=True).stdout
@@ -175,7 +174,8 @@ def main() -> int:
         SYNTHETIC["corpus-themes"] = WORK / "corpus-themes-case"
         jc.themes_case("test", SYNTHETIC["corpus-themes"])
         want.add("corpus-themes")
-        result["reader"] = reader_themes(SYNTHETIC["corpus-themes"])
+        result["reader"] = {d.name: reader_themes(SYNTHETIC["corpus-themes"], d)
+                            for d in sorted((REPO / "bench" / "corpus" / "reader-answers").glob("test*"))}
     if "corpus" in want:
         print("judging the corpus's sealed test pairs ...", file=sys.stderr, flush=True)
         result["corpus"] = corpus_scores(a.judges)
@@ -235,10 +235,9 @@ def main() -> int:
             if s["synthesis"]:
                 print(f"{n} synthesis: {s['patterns']} patterns, theme recall {s['theme_recall']}, "
                       f"pattern precision {s['pattern_precision']}")
-        if result.get("reader"):
-            r = result["reader"]
+        for name, r in (result.get("reader") or {}).items():
             print(f"corpus-themes, grouped by the LLM theme reader (DREAM_SYNTHESIS_THEMES=llm, recorded answers in "
-                  f"bench/corpus/reader-answers/test; every memory active, one run): {r['patterns']} patterns, "
+                  f"bench/corpus/reader-answers/{name}; every memory active, one run): {r['patterns']} patterns, "
                   f"theme recall {r['theme_recall']}, pattern precision {r['pattern_precision']}, "
                   f"people without an answer {r['unanswered']}")
     print("\nReal cases (audit.py with bench/audits/real-<case>.jsonl)")
