@@ -853,6 +853,14 @@ def own_current(mems: Sequence[Memory], vectors: np.ndarray, person: str, names:
     return [i for i, m in enumerate(mems) if i not in done and not about_someone_else(m.text, person, names)]
 
 
+def _one_user(mems: Sequence[Memory], caller: str) -> tuple[str, str]:
+    """(user_id, the person's name as the texts give it); a mix of users is a caller's bug, never grouped."""
+    users = {m.user_id for m in mems}
+    if len(users) != 1:
+        raise ValueError(f"{caller} takes one user's memories, got {sorted(users)}")
+    return users.pop(), person_name([m.text for m in mems])
+
+
 ReadThemes = Callable[[Sequence[tuple[str, str]]], "Sequence[ReadTheme] | None"]
 """A reader of one person's whole record: (created_at, text) oldest first -> themes, or None (group offline).
 `agents.theme_reader.LLMThemeReader` is one."""
@@ -875,11 +883,7 @@ def read_themes(user_memories: Sequence[Memory], embed: Embed, reader: ReadTheme
     mems = sorted(user_memories, key=lambda m: (m.created_at, m.memory_id))
     if len(mems) < MIN_THEME_SIZE:
         return []
-    users = {m.user_id for m in mems}
-    if len(users) != 1:
-        raise ValueError(f"read_themes takes one user's memories, got {sorted(users)}")
-    user_id = users.pop()
-    person = person_name([m.text for m in mems])
+    user_id, person = _one_user(mems, "read_themes")
     shown = mems[-MAX_LINES:]
     vectors = _vectors(shown, embed)
     answer = reader([(m.created_at, m.text) for m in shown])
@@ -902,17 +906,7 @@ def read_themes(user_memories: Sequence[Memory], embed: Embed, reader: ReadTheme
         key = "theme:" + first.memory_id
         keys.add(key)
         shared = shared_content([terms[i] for i in g], weights)
-        themes.append(Theme(
-            user_id=user_id,
-            memory_ids=tuple(sorted(m.memory_id for m in members)),
-            label=", ".join(t for t, _ in shared[:4]),
-            text=read.text,
-            pattern_id=pattern_id(user_id, key),
-            key=key,
-            typical=tuple(m.text for m in members),
-            person=person,
-            dates=tuple(m.created_at for m in members),
-        ))
+        themes.append(_theme(user_id, person, key, members, ", ".join(t for t, _ in shared[:4]), read.text))
     return themes
 
 
@@ -926,11 +920,7 @@ def find_themes(user_memories: Sequence[Memory], embed: Embed) -> list[Theme]:
     mems = sorted(user_memories, key=lambda m: m.memory_id)
     if len(mems) < MIN_THEME_SIZE:
         return []
-    users = {m.user_id for m in mems}
-    if len(users) != 1:
-        raise ValueError(f"find_themes takes one user's memories, got {sorted(users)}")
-    user_id = users.pop()
-    person = person_name([m.text for m in mems])
+    user_id, person = _one_user(mems, "find_themes")
     n_known = len(mems)  # chance groups grow with everything known, profile facts included
     vectors_all = _vectors(mems, embed)
     lean_all = not_evidence_lean(vectors_all, embed)
@@ -978,19 +968,15 @@ def find_themes(user_memories: Sequence[Memory], embed: Embed) -> list[Theme]:
             continue  # one detail under a thread shows no pattern
         # The earliest evidence stays first as the theme grows (new evidence comes later).
         key = "theme:" + min(members, key=lambda m: (m.created_at, m.memory_id)).memory_id
-        words = [t for t, _ in shared[:4]]
-        themes.append(Theme(
-            user_id=user_id,
-            memory_ids=tuple(sorted(m.memory_id for m in members)),
-            label=", ".join(words),
-            text=text,
-            pattern_id=pattern_id(user_id, key),
-            key=key,
-            typical=tuple(m.text for m in typical),
-            person=person,
-            dates=tuple(m.created_at for m in typical),
-        ))
+        themes.append(_theme(user_id, person, key, typical, ", ".join(t for t, _ in shared[:4]), text))
     return themes
+
+
+def _theme(user_id: str, person: str, key: str, members: Sequence[Memory], label: str, text: str) -> Theme:
+    """A theme of `members` (in the order a writer reads them: most typical, or oldest, first)."""
+    return Theme(user_id=user_id, memory_ids=tuple(sorted(m.memory_id for m in members)), label=label, text=text,
+                 pattern_id=pattern_id(user_id, key), key=key, typical=tuple(m.text for m in members),
+                 person=person, dates=tuple(m.created_at for m in members))
 
 
 # --- wording ------------------------------------------------------------------------------------

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import orjson
@@ -64,3 +69,35 @@ def comparable(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
          tuple(r.get("sources") or ()))
         for r in rows
     )
+
+
+class ChatHandler(BaseHTTPRequestHandler):
+    """A real local `/v1/chat/completions` endpoint (what the LLM options talk to); a subclass says what the
+    assistant answers to each request body."""
+
+    def answer(self, body: dict[str, Any]) -> str:
+        raise NotImplementedError
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server API
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        content = self.answer(body)
+        data = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": content}}]})
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(data.encode())
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        return
+
+
+@contextmanager
+def chat_server(handler: type[ChatHandler]) -> Iterator[str]:
+    """Serves `handler` on a free local port; yields its base URL (`.../v1`)."""
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_address[1]}/v1"
+    finally:
+        srv.shutdown()
+        srv.server_close()

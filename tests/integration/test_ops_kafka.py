@@ -12,7 +12,6 @@ import threading
 import time
 import urllib.error
 from collections.abc import Iterator
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ import pytest
 
 from dreamstream.schemas.control import command
 from dreamstream.streams.dev.localrun import WorkerProcess, consume_all, produce
+from tests.helpers import chat_server
 from tests.unit.test_synthesis_runner import events as synth_events
 from tests.unit.test_theme_reader import TEXTS, THREAD, ThemeChat
 
@@ -167,31 +167,28 @@ def test_the_worker_groups_with_an_llm_reader_without_holding_up_ingest(kafka: s
     SlowThemeChat.release.clear()
     SlowThemeChat.asked.clear()
     ThemeChat.prompts, ThemeChat.systems = [], []
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), SlowThemeChat)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    env = {"DREAM_SYNTHESIS_CHECK_SECONDS": "1", "DREAM_SYNTHESIS_THEMES": "llm", "DREAM_LLM_MODEL": "test-model",
-           "DREAM_LLM_URL": f"http://127.0.0.1:{srv.server_address[1]}/v1"}
-    w = WorkerProcess(kafka, f"reader-{unique}", tmp_path, extra_env=env)
-    try:
-        w.start()
-        assert dream_control(w, "synthesis.enable", "boundary=2025-01-01T00:00:00Z")[0] == 0
-        evs = synth_events("rd-u", texts=TEXTS)
-        asyncio.run(produce(w.kafka, w.topics["added"], [orjson.dumps(e) for e in evs]))
-        assert SlowThemeChat.asked.wait(120), "the reader was never asked"
-        late = {**synth_events("late-u")[0], "text": "Keeps bees on the allotment."}
-        asyncio.run(produce(w.kafka, w.topics["added"], [orjson.dumps(late)]))
-        wait(lambda: len(w.read("user=late-u")["memories"]) == 1, timeout=60)  # stored while the reader reads
-        assert not ThemeChat.prompts  # the reader has not answered yet
-        SlowThemeChat.release.set()
-        [pat] = asyncio.run(consume_all(w.kafka, w.topics["patterns"], 1, 120))
-        assert pat["text"] == THREAD and pat["metadata"]["text_by"] == "llm" and len(pat["sources"]) >= 3
-        runs = asyncio.run(consume_all(w.kafka, w.topics["runs"], 1, 30))
-        assert [r["themes_by"] for r in runs if r["ran"]] == ["llm"]
-    finally:
-        SlowThemeChat.release.set()
-        w.stop()
-        srv.shutdown()
-        srv.server_close()
+    with chat_server(SlowThemeChat) as url:
+        env = {"DREAM_SYNTHESIS_CHECK_SECONDS": "1", "DREAM_SYNTHESIS_THEMES": "llm", "DREAM_LLM_MODEL": "test-model",
+               "DREAM_LLM_URL": url}
+        w = WorkerProcess(kafka, f"reader-{unique}", tmp_path, extra_env=env)
+        try:
+            w.start()
+            assert dream_control(w, "synthesis.enable", "boundary=2025-01-01T00:00:00Z")[0] == 0
+            evs = synth_events("rd-u", texts=TEXTS)
+            asyncio.run(produce(w.kafka, w.topics["added"], [orjson.dumps(e) for e in evs]))
+            assert SlowThemeChat.asked.wait(120), "the reader was never asked"
+            late = {**synth_events("late-u")[0], "text": "Keeps bees on the allotment."}
+            asyncio.run(produce(w.kafka, w.topics["added"], [orjson.dumps(late)]))
+            wait(lambda: len(w.read("user=late-u")["memories"]) == 1, timeout=60)  # stored while the reader reads
+            assert not ThemeChat.prompts  # the reader has not answered yet
+            SlowThemeChat.release.set()
+            [pat] = asyncio.run(consume_all(w.kafka, w.topics["patterns"], 1, 120))
+            assert pat["text"] == THREAD and pat["metadata"]["text_by"] == "llm" and len(pat["sources"]) >= 3
+            runs = asyncio.run(consume_all(w.kafka, w.topics["runs"], 1, 30))
+            assert [r["themes_by"] for r in runs if r["ran"]] == ["llm"]
+        finally:
+            SlowThemeChat.release.set()
+            w.stop()
 
 
 def test_consolidation_over_the_control_topic_schedules_and_access(worker: WorkerProcess) -> None:

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from collections.abc import Iterator
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -23,39 +21,29 @@ from dreamstream.streams.core import judges
 from dreamstream.streams.core import synthesis as runner
 from dreamstream.streams.core.ingest import Incoming, Processor
 from dreamstream.streams.core.llm_client import ChatEndpoint
+from tests.helpers import ChatHandler, chat_server
 from tests.unit.test_synthesis_runner import NOW, T0, events, ingest, patterns
 
 SENTENCE = "User follows a structured running and strength routine aimed at a marathon."
 
 
-class PatternChat(BaseHTTPRequestHandler):
+class PatternChat(ChatHandler):
     """Answers every chat call with `reply`; counts the calls and keeps the prompts."""
 
     reply: ClassVar[str] = json.dumps({"pattern": SENTENCE})
     prompts: ClassVar[list[str]] = []
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server API
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+    def answer(self, body: dict[str, Any]) -> str:
         PatternChat.prompts.append(body["messages"][-1]["content"])
-        data = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": PatternChat.reply}}]})
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.end_headers()
-        self.wfile.write(data.encode())
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-        return
+        return PatternChat.reply
 
 
 @pytest.fixture()
 def chat() -> Iterator[str]:
     PatternChat.reply = json.dumps({"pattern": SENTENCE})
     PatternChat.prompts = []
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), PatternChat)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}/v1"
-    srv.shutdown()
-    srv.server_close()
+    with chat_server(PatternChat) as url:
+        yield url
 
 
 def configured(**env: str | None) -> settings.Settings:

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from collections.abc import Iterator, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -23,38 +21,25 @@ from dreamstream.streams.core import judges
 from dreamstream.streams.core import synthesis as runner
 from dreamstream.streams.core.ingest import Processor
 from dreamstream.streams.core.llm_client import ChatEndpoint
-from tests.unit.test_synthesis_runner import NOW, T0, events, ingest, patterns
+from tests.helpers import FILLER, ChatHandler, chat_server
+from tests.unit.test_synthesis_runner import FITNESS, NOW, T0, events, ingest, patterns
 
 THREAD = "User is training for a marathon: weekly mileage, strength work and a tracked plan."
 FITNESS_WORDS = ("run", "marathon", "weights", "workout", "training")
 TEXTS = [
     "Thinking about buying a Garmin watch.",  # a plan a later memory reports done
-    "Their sister lives in Oslo.",
-    "Runs about 40 km every week.",
+    FILLER[0],  # their sister's home: someone else's fact
+    FITNESS[0],
     "Her brother adopted a dog called Rex.",  # someone else's fact
-    "Lifts weights three times a week.",
-    "Prefers answers in Spanish.",
-    "Tracks every workout on a Garmin watch.",
-    "Allergic to penicillin.",
-    "Goal: a sub-4-hour marathon next spring.",
-    "Drives a grey Volvo estate.",
-    "Does a long run every Sunday morning.",
-    "Birthday is on 4 July.",
-    "Follows a twelve-week training plan for the half marathon.",
-    "Works as an accountant at a bakery chain.",
-    "Phone is an iPhone 14.",
-    "Favourite film is Amélie.",
-    "Hates coriander.",
-    "Grew up in Valencia.",
-    "Has a cat called Miso.",
-    "Reads crime novels.",
+    *(t for pair in zip(FITNESS[1:], FILLER[1:], strict=False) for t in pair),
+    *FILLER[6:12],
     "Lives in Lisbon.",
-    "Is allergic to penicillin.",
+    "Is allergic to penicillin.",  # FILLER[2] said again: merged at ingest
     "Has a penicillin allergy.",
 ]
 
 
-class ThemeChat(BaseHTTPRequestHandler):
+class ThemeChat(ChatHandler):
     """Reads the numbered lines it is shown and answers like a reader would: the fitness lines as one theme,
     plus themes the checks must drop (a restatement, a line it was never shown, too few members)."""
 
@@ -63,8 +48,7 @@ class ThemeChat(BaseHTTPRequestHandler):
     silent: ClassVar[bool] = False
     """Answer with no themes at all."""
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server API
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+    def answer(self, body: dict[str, Any]) -> str:
         prompt = body["messages"][-1]["content"]
         ThemeChat.prompts.append(prompt)
         ThemeChat.systems.append(body["messages"][0]["content"])
@@ -77,24 +61,14 @@ class ThemeChat(BaseHTTPRequestHandler):
             {"theme": "User reads.", "members": [fit[0], fit[1], len(lines) + 5]},  # a line never shown
             {"theme": "User travels.", "members": [fit[0], fit[1]]},  # two members
         ]}
-        data = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": json.dumps(reply)}}]})
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.end_headers()
-        self.wfile.write(data.encode())
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-        return
+        return json.dumps(reply)
 
 
 @pytest.fixture()
 def chat() -> Iterator[str]:
     ThemeChat.prompts, ThemeChat.systems, ThemeChat.silent = [], [], False
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), ThemeChat)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}/v1"
-    srv.shutdown()
-    srv.server_close()
+    with chat_server(ThemeChat) as url:
+        yield url
 
 
 def test_replies_are_checked_theme_by_theme() -> None:
