@@ -894,15 +894,20 @@ def read_themes(user_memories: Sequence[Memory], embed: Embed, reader: ReadTheme
     weights = term_weights(terms)
     themes: list[Theme] = []
     keys: set[str] = set()
-    for read in answer:
+    kept: list[set[int]] = []
+    # In member order, not the reply's: the same themes listed in another order keep their anchors.
+    for read in sorted(answer, key=lambda r: sorted(set(r.members))):
         g = sorted(set(read.members))
         if distinct_evidence(vectors[g]) < MIN_THEME_SIZE:
             continue  # one fact said several times is a restatement, not a pattern
+        if any(len(set(g) ^ k) <= 1 for k in kept):
+            continue  # the same theme given twice (the same members, give or take one)
+        kept.append(set(g))
         members = [shown[i] for i in g]  # oldest first
         # Its identity: the earliest member no other theme of this run already took (themes may share one).
         first = next((m for m in members if "theme:" + m.memory_id not in keys), None)
         if first is None:
-            continue  # every member already anchors another theme: the same theme given twice
+            continue  # every member already anchors another theme
         key = "theme:" + first.memory_id
         keys.add(key)
         shared = shared_content([terms[i] for i in g], weights)

@@ -63,13 +63,15 @@ class ReadTheme:
 
 def check_themes(data: dict[str, object], n_lines: int, min_members: int = MIN_MEMBERS) -> list[ReadTheme]:
     """The usable themes of a reply: members are 1-based line numbers shown (as indexes from 0), at least
-    `min_members` distinct ones, a non-empty sentence of at most MAX_CHARS. A reply without a `themes`
-    list is unusable (`LLMReplyError`); single themes that fail the checks are dropped."""
+    `min_members` distinct ones, a non-empty sentence of at most MAX_CHARS; at most MAX_THEMES of them.
+    Single themes that fail the checks are dropped; a reply without a `themes` list, or whose every theme
+    fails them (members counted from 0, given as strings: the reader misread the format), is unusable
+    (`LLMReplyError`). An empty list is an answer: the reader sees no theme."""
     raw = data.get("themes")
     if not isinstance(raw, list):
         raise LLMReplyError("reply has no themes list")
     out: list[ReadTheme] = []
-    for item in raw[:MAX_THEMES]:
+    for item in raw:
         if not isinstance(item, dict):
             continue
         text, members = item.get("theme"), item.get("members")
@@ -82,7 +84,9 @@ def check_themes(data: dict[str, object], n_lines: int, min_members: int = MIN_M
         if len(text) > MAX_CHARS or len(lines) < min_members:
             continue
         out.append(ReadTheme(text=text, members=tuple(lines)))
-    return out
+    if raw and not out:
+        raise LLMReplyError(f"none of the reply's {len(raw)} themes passes the checks")
+    return out[:MAX_THEMES]
 
 
 def month_of(created_at: str) -> str:

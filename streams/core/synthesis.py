@@ -239,6 +239,10 @@ def run_memories(
         found_themes = syn.find_themes(evidence, embed) if evidence else []
     themes = syn.match_existing(found_themes, patterns)
     existing = {p.memory_id: p for p in patterns}
+    read_before = {p.memory_id for p in patterns if p.metadata.get("text_by") == "llm"}
+    if record.theme_fallback:
+        # The reader's patterns wait for the reader: the offline grouping neither rewrites nor retires them.
+        themes = [t for t in themes if t.pattern_id not in read_before]
     for theme in themes:
         record.pattern_ids.append(theme.pattern_id)
         old = existing.get(theme.pattern_id)
@@ -267,11 +271,14 @@ def run_memories(
     # of its sources are still eligible (superseded, merged, or the boundary moved past them). A reader's
     # answer is the person's themes as of now: what it no longer names is retired (expired, kept, and back
     # with its id when a later reading names it again). Kept as well, its patterns piled up run after run.
-    reread = record.themes_by == "llm"
+    # An empty reading retires nothing: a reader that suddenly sees no theme at all is more likely wrong
+    # than every theme at once.
+    reread = record.themes_by == "llm" and bool(found_themes)
     record.retired = sorted(
         p.memory_id for p in patterns
         if p.memory_id not in found and p.status == "active" and p.user_id == user_id
         and p.metadata.get("source") == SOURCE
+        and not (record.theme_fallback and p.memory_id in read_before)
         and (reread or len(standing & set(p.sources)) < syn.MIN_THEME_SIZE))
     record.patterns_retired = len(record.retired)
     record.ran = True
@@ -292,8 +299,16 @@ def apply(store: MemoryStore, records: Sequence[RunRecord]) -> None:
     topic-derived id back and is rewritten active.
     """
     stamp = now_iso()
-    for pid in (pid for r in records for pid in r.retired):
-        store.update(pid, {"status": "expired", "updated_at": stamp})
+    for r in records:
+        if not r.retired:
+            continue
+        # Read again: in a worker the store may have changed since the run read it (a pattern deleted or
+        # erased meanwhile stays as it is).
+        now_stored = store.retrieve(list(r.retired))
+        for pid in r.retired:
+            p = now_stored.get(pid)
+            if p is not None and p.status == "active" and p.user_id == r.user_id and p.kind == "pattern":
+                store.update(pid, {"status": "expired", "updated_at": stamp})
 
 
 def run_for_user(

@@ -173,11 +173,12 @@ def load_user(user: str) -> list[Any]:
     return list(app_processor().store.scroll({"user_id": user}, with_vectors=True))
 
 
-def decide_user(user: str, memories: list[Any], state: dict[str, Any], now: str) -> tuple[runner.RunRecord,
-                                                                                           dict[str, Any]]:
+def decide_user(user: str, memories: list[Any], state: dict[str, Any], now: str,
+                projects: dict[str, dict[str, Any]]) -> tuple[runner.RunRecord, dict[str, Any]]:
     """The step for one user on memories already read: off the store thread, because a configured LLM reader or
-    writer may take seconds and ingest must not wait for it."""
-    sstate = runner.SynthesisState(projects=project_settings(), users={user: dict(state)})
+    writer may take seconds and ingest must not wait for it. `projects`: read on the event loop, where the
+    control agent writes that table."""
+    sstate = runner.SynthesisState(projects=projects, users={user: dict(state)})
     record = runner.run_memories(user, memories, app_processor().embed, now, sstate, False,
                                  settings.synthesis_cadence_days,
                                  write_text=pattern_writer_from_settings(settings),
@@ -212,6 +213,7 @@ async def tick(now: str | None = None) -> list[runner.RunRecord]:
         if since < stale:
             _inflight.pop(user, None)  # the record was lost (crash before send): look again
     records = []
+    failed: Exception | None = None
     owned = owned_partitions()
     for user, state in list(users_table.items()):
         if not state or user in _inflight or not due(state, now, cadence):
@@ -221,9 +223,14 @@ async def tick(now: str | None = None) -> list[runner.RunRecord]:
         if await on_store_thread(ingest_behind, user, state):
             continue  # the store has not caught up with what was counted: look again next tick
         started = time.perf_counter()
-        memories = await on_store_thread(load_user, user)
-        record, after = await asyncio.to_thread(decide_user, user, memories, state, now)
-        await on_store_thread(runner.apply, app_processor().store, [record])
+        try:
+            memories = await on_store_thread(load_user, user)
+            record, after = await asyncio.to_thread(decide_user, user, memories, state, now, project_settings())
+            await on_store_thread(runner.apply, app_processor().store, [record])
+        except Exception as exc:  # one user's failure (a store fault, a bad memory) must not hold up the others
+            log.exception("synthesis for %s failed; it is tried again at the next tick", user)
+            failed = failed or exc
+            continue
         for ev in record.events:
             await patterns_topic.send(key=user.encode(), value=orjson.dumps(ev))
         run = {
@@ -241,4 +248,6 @@ async def tick(now: str | None = None) -> list[runner.RunRecord]:
         metrics.synthesis_run(record)
         log.info("synthesis %s", record.describe())
         records.append(record)
+    if failed is not None:
+        raise failed  # after the others ran: the timer reports it on /healthz
     return records

@@ -25,6 +25,7 @@ from tests.helpers import FILLER, ChatHandler, chat_server
 from tests.unit.test_synthesis_runner import FITNESS, NOW, T0, events, ingest, patterns
 
 THREAD = "User is training for a marathon: weekly mileage, strength work and a tracked plan."
+HOME = "User grew up in Valencia and now lives in Lisbon, driving a grey Volvo estate."
 FITNESS_WORDS = ("run", "marathon", "weights", "workout", "training")
 TEXTS = [
     "Thinking about buying a Garmin watch.",  # a plan a later memory reports done
@@ -45,8 +46,9 @@ class ThemeChat(ChatHandler):
 
     prompts: ClassVar[list[str]] = []
     systems: ClassVar[list[str]] = []
-    silent: ClassVar[bool] = False
-    """Answer with no themes at all."""
+    mode: ClassVar[str] = "fitness"
+    """`fitness` (the theme and the ones the checks drop), `none` (no theme at all), `home` (another theme
+    only: where the person lives and comes from)."""
 
     def answer(self, body: dict[str, Any]) -> str:
         prompt = body["messages"][-1]["content"]
@@ -55,18 +57,19 @@ class ThemeChat(ChatHandler):
         lines = dict((int(n), t) for n, t in re.findall(r"^(\d+)\. \(\d{4}-\d{2}\) (.*)$", prompt, re.MULTILINE))
         fit = [n for n, t in lines.items() if any(w in t.lower() for w in FITNESS_WORDS)]
         allergy = [n for n, t in lines.items() if "penicillin" in t]
-        reply: dict[str, list[dict[str, Any]]] = {"themes": [] if ThemeChat.silent else [
+        home = [n for n, t in lines.items() if any(w in t for w in ("Lisbon.", "Valencia", "Volvo"))]
+        themes = {"none": [], "home": [{"theme": HOME, "members": home}], "fitness": [
             {"theme": THREAD, "members": fit},
             {"theme": "User is allergic to penicillin.", "members": allergy},  # one fact, said twice
             {"theme": "User reads.", "members": [fit[0], fit[1], len(lines) + 5]},  # a line never shown
             {"theme": "User travels.", "members": [fit[0], fit[1]]},  # two members
-        ]}
-        return json.dumps(reply)
+        ]}[ThemeChat.mode]
+        return json.dumps({"themes": themes})
 
 
 @pytest.fixture()
 def chat() -> Iterator[str]:
-    ThemeChat.prompts, ThemeChat.systems, ThemeChat.silent = [], [], False
+    ThemeChat.prompts, ThemeChat.systems, ThemeChat.mode = [], [], "fitness"
     with chat_server(ThemeChat) as url:
         yield url
 
@@ -83,8 +86,11 @@ def test_replies_are_checked_theme_by_theme() -> None:
     ]}
     [kept] = check_themes(reply, n_lines=5)
     assert kept.text == "A habit." and kept.members == (0, 1, 2)
-    with pytest.raises(LLMReplyError):
-        check_themes({"patterns": []}, n_lines=5)
+    assert check_themes({"themes": []}, n_lines=5) == []  # an answer: no theme
+    for unusable in ({"patterns": []}, {"themes": [{"theme": "Counted from 0.", "members": [0, 1, 2]}]},
+                     {"themes": [{"theme": "Strings.", "members": ["1", "2", "3"]}]}):
+        with pytest.raises(LLMReplyError):
+            check_themes(unusable, n_lines=5)
 
 
 def test_the_reader_groups_from_the_persons_own_current_facts(edge_store: Any, embedder: Any, chat: str,
@@ -133,18 +139,31 @@ def test_the_reader_groups_from_the_persons_own_current_facts(edge_store: Any, e
     [now_pattern] = patterns(edge_store)
     assert "m-new" in now_pattern.sources and now_pattern.memory_id == pattern.memory_id
 
-    # A reading that no longer names the theme retires its pattern (kept, expired); naming it again brings
-    # the same pattern back.
-    ThemeChat.silent = True
+    # A reading with no theme at all retires nothing (more likely the reader's slip than every theme
+    # ending at once). One that names other themes retires the pattern (kept, expired); naming it again
+    # brings the same pattern back.
+    ThemeChat.mode = "none"
     add("m-quiet", "Took up watercolour painting.", "2025-05-01T00:00:00Z")
     quiet = run("2025-05-10T00:00:00Z")
-    assert quiet.themes_by == "llm" and quiet.retired == [pattern.memory_id] and not patterns(edge_store)
+    assert quiet.themes_by == "llm" and not quiet.retired and [p.memory_id for p in patterns(edge_store)] == [
+        pattern.memory_id]
+    ThemeChat.mode = "home"
+    add("m-other", "Bought a second-hand road bike.", "2025-05-12T00:00:00Z")
+    moved = run("2025-05-15T00:00:00Z")
+    assert moved.retired == [pattern.memory_id] and [p.text for p in patterns(edge_store)] == [HOME]
     assert edge_store.retrieve([pattern.memory_id])[pattern.memory_id].status == "expired"
-    ThemeChat.silent = False
+    ThemeChat.mode = "fitness"
     add("m-back", "Signed up for the Porto marathon in October.", "2025-05-20T00:00:00Z")
     back = run("2025-06-01T00:00:00Z")
     assert back.pattern_ids == [pattern.memory_id] and [p.memory_id for p in patterns(edge_store)] == [
         pattern.memory_id]
+
+    # The endpoint down: the offline grouping runs, but neither rewrites nor retires the reader's pattern.
+    down = runner.run_for_user(edge_store, embedder, "u1", "2025-06-10T00:00:00Z", state, force=True,
+                               read_themes=LLMThemeReader(ChatEndpoint("http://127.0.0.1:9/v1", "m",
+                                                                       timeout_s=1).ask_json))
+    assert down.theme_fallback and pattern.memory_id not in down.retired
+    assert all(e["memory_id"] != pattern.memory_id for e in down.events)
 
 
 def test_a_theme_of_restatements_is_no_pattern(embedder: Any) -> None:
@@ -161,6 +180,47 @@ def test_a_theme_of_restatements_is_no_pattern(embedder: Any) -> None:
 
     [theme] = syn.read_themes(mems, embedder, reader) or []
     assert theme.memory_ids == ("m3", "m4", "m5") and theme.text == THREAD and theme.key == "theme:m3"
+
+
+def test_a_theme_given_twice_is_one_pattern_and_anchors_ignore_the_replys_order(embedder: Any) -> None:
+    texts = ["Runs about 40 km every week.", "Does a long run every Sunday morning.",
+             "Follows a twelve-week training plan for the half marathon.", "Lifts weights three times a week.",
+             "Tracks every workout on a Garmin watch.", "Bakes sourdough every weekend.",
+             "Keeps a sourdough starter called Gerald.", "Sells loaves at the Saturday market."]
+    mems = [Memory(memory_id=f"m{i}", user_id="u1", text=t, created_at=f"2025-03-0{i + 1}T00:00:00Z",
+                   updated_at=f"2025-03-0{i + 1}T00:00:00Z") for i, t in enumerate(texts)]
+    running = ReadTheme(THREAD, (0, 1, 2, 3))
+    again = ReadTheme("User trains for races.", (0, 1, 2, 3, 4))  # the same members and one more
+    both = ReadTheme("User runs and bakes every weekend.", (0, 1, 5, 6))  # shares the first member
+    baking = ReadTheme("User bakes sourdough.", (5, 6, 7))
+
+    def keyed(order: list[ReadTheme]) -> dict[str, tuple[str, ...]]:
+        return {t.key: t.memory_ids for t in syn.read_themes(mems, embedder, lambda lines: order) or []}
+
+    first = keyed([running, again, both, baking])
+    assert sorted(first.values()) == [("m0", "m1", "m2", "m3"), ("m0", "m1", "m5", "m6"), ("m5", "m6", "m7")]
+    assert keyed([baking, both, running, again]) == first == keyed([again, running, both, baking])
+
+
+def test_retiring_leaves_what_changed_since_the_run_read_the_store(edge_store: Any, embedder: Any,
+                                                                  tmp_path: Path) -> None:
+    """A worker applies a run after the reader answered; a pattern deleted meanwhile stays deleted, one
+    gone altogether is no error."""
+    ingest(Processor(edge_store, embedder), events("u1"))
+    state = runner.SynthesisState.load(tmp_path / "state.json")
+    runner.enable(state, None, T0)
+    record = runner.run_for_user(edge_store, embedder, "u1", NOW, state, force=True)
+    ingest(Processor(edge_store, embedder), record.events)
+    [pattern] = patterns(edge_store)
+    edge_store.update(pattern.memory_id, {"status": "deleted"})
+    runner.apply(edge_store, [runner.RunRecord(user_id="u1", retired=[pattern.memory_id, "p-gone"]),
+                              runner.RunRecord(user_id="u2", retired=[pattern.memory_id])])
+    assert edge_store.retrieve([pattern.memory_id])[pattern.memory_id].status == "deleted"
+    edge_store.update(pattern.memory_id, {"status": "active"})
+    runner.apply(edge_store, [runner.RunRecord(user_id="u2", retired=[pattern.memory_id])])  # not u2's
+    assert edge_store.retrieve([pattern.memory_id])[pattern.memory_id].status == "active"
+    runner.apply(edge_store, [runner.RunRecord(user_id="u1", retired=[pattern.memory_id])])
+    assert edge_store.retrieve([pattern.memory_id])[pattern.memory_id].status == "expired"
 
 
 def test_without_a_usable_answer_the_run_groups_offline(edge_store: Any, embedder: Any, tmp_path: Path) -> None:
