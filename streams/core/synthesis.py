@@ -311,6 +311,22 @@ def apply(store: MemoryStore, records: Sequence[RunRecord]) -> None:
                 store.update(pid, {"status": "expired", "updated_at": stamp})
 
 
+def drop_unsourced(store: MemoryStore, record: RunRecord) -> int:
+    """Drops the run's pattern events whose sources are no longer all stored for the user: deleted, or the user
+    erased, while the run decided (a worker decides off its store thread, an LLM reader may take minutes).
+    Sent anyway, such an event would carry text drawn from erased memories onto `memory.patterns`, and
+    ingest would dead-letter it with that text. Returns how many were dropped."""
+    wanted = list(dict.fromkeys(s for e in record.events for s in e["sources"]))
+    if not wanted:
+        return 0
+    found = store.retrieve(wanted)
+    keep = [e for e in record.events
+            if all(s in found and found[s].user_id == record.user_id for s in e["sources"])]
+    dropped = len(record.events) - len(keep)
+    record.events = keep
+    return dropped
+
+
 def run_for_user(
     store: MemoryStore,
     embed: Embed,

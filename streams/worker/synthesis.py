@@ -173,6 +173,17 @@ def load_user(user: str) -> list[Any]:
     return list(app_processor().store.scroll({"user_id": user}, with_vectors=True))
 
 
+def settle(record: runner.RunRecord) -> None:
+    """After deciding off the store thread, on it: retire what the run retired and drop the pattern events
+    whose sources went meanwhile (an erased user's text must not reach the topics)."""
+    store = app_processor().store
+    runner.apply(store, [record])
+    dropped = runner.drop_unsourced(store, record)
+    if dropped:
+        log.info("synthesis for %s: %d pattern(s) dropped, their sources were deleted meanwhile", record.user_id,
+                 dropped)
+
+
 def decide_user(user: str, memories: list[Any], state: dict[str, Any], now: str,
                 projects: dict[str, dict[str, Any]]) -> tuple[runner.RunRecord, dict[str, Any]]:
     """The step for one user on memories already read: off the store thread, because a configured LLM reader or
@@ -226,7 +237,7 @@ async def tick(now: str | None = None) -> list[runner.RunRecord]:
         try:
             memories = await on_store_thread(load_user, user)
             record, after = await asyncio.to_thread(decide_user, user, memories, state, now, project_settings())
-            await on_store_thread(runner.apply, app_processor().store, [record])
+            await on_store_thread(settle, record)
         except Exception as exc:  # one user's failure (a store fault, a bad memory) must not hold up the others
             log.exception("synthesis for %s failed; it is tried again at the next tick", user)
             failed = failed or exc

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -186,6 +187,37 @@ def test_the_worker_groups_with_an_llm_reader_without_holding_up_ingest(kafka: s
             assert pat["text"] == THREAD and pat["metadata"]["text_by"] == "llm" and len(pat["sources"]) >= 3
             runs = asyncio.run(consume_all(w.kafka, w.topics["runs"], 1, 30))
             assert [r["themes_by"] for r in runs if r["ran"]] == ["llm"]
+        finally:
+            SlowThemeChat.release.set()
+            w.stop()
+
+
+def test_a_user_erased_while_the_reader_reads_gets_no_pattern(kafka: str, unique: str, tmp_path: Path) -> None:
+    """Erasure during a slow reading: the run's pattern, drawn from erased memories, is dropped before it is
+    sent; nothing reaches memory.patterns or the dead letters, and the user stays erased."""
+    SlowThemeChat.release.clear()
+    SlowThemeChat.asked.clear()
+    ThemeChat.prompts, ThemeChat.systems = [], []
+    with chat_server(SlowThemeChat) as url:
+        env = {"DREAM_SYNTHESIS_CHECK_SECONDS": "1", "DREAM_SYNTHESIS_THEMES": "llm", "DREAM_LLM_MODEL": "test-model",
+               "DREAM_LLM_URL": url}
+        w = WorkerProcess(kafka, f"erase-{unique}", tmp_path, extra_env=env)
+        try:
+            w.start()
+            assert dream_control(w, "synthesis.enable", "boundary=2025-01-01T00:00:00Z")[0] == 0
+            evs = synth_events("er-u", texts=TEXTS)
+            asyncio.run(produce(w.kafka, w.topics["added"], [orjson.dumps(e) for e in evs]))
+            assert SlowThemeChat.asked.wait(120), "the reader was never asked"
+            req = urllib.request.Request(f"http://127.0.0.1:{w.port}/v1/users/er-u?confirm=er-u", method="DELETE")
+            with urllib.request.urlopen(req, timeout=30) as r:
+                assert json.loads(r.read())["erased"] is True
+            SlowThemeChat.release.set()
+            runs = asyncio.run(consume_all(w.kafka, w.topics["runs"], 1, 60))
+            assert [r["themes_by"] for r in runs if r["ran"]] == ["llm"]  # the run finished
+            assert ThemeChat.prompts  # the reader did answer
+            assert not asyncio.run(consume_all(w.kafka, w.topics["patterns"], 1, 5))
+            assert not asyncio.run(consume_all(w.kafka, w.topics["dead"], 1, 3))
+            assert w.read("user=er-u&include_merged=1")["memories"] == []
         finally:
             SlowThemeChat.release.set()
             w.stop()

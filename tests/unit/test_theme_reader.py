@@ -223,6 +223,22 @@ def test_retiring_leaves_what_changed_since_the_run_read_the_store(edge_store: A
     assert edge_store.retrieve([pattern.memory_id])[pattern.memory_id].status == "expired"
 
 
+def test_patterns_whose_sources_went_meanwhile_are_not_sent(edge_store: Any, embedder: Any, tmp_path: Path) -> None:
+    """A user erased (or a source deleted) while the run decided: its pattern event is dropped, not sent with
+    text drawn from what was erased."""
+    ingest(Processor(edge_store, embedder), events("u1") + events("u2"))
+    state = runner.SynthesisState.load(tmp_path / "state.json")
+    runner.enable(state, None, T0)
+    first = runner.run_for_user(edge_store, embedder, "u1", NOW, state, force=True)
+    second = runner.run_for_user(edge_store, embedder, "u2", NOW, state, force=True)
+    assert first.events and second.events
+    assert runner.drop_unsourced(edge_store, first) == 0 and first.events  # nothing went
+    edge_store.delete([first.events[0]["sources"][0]])
+    assert runner.drop_unsourced(edge_store, first) == 1 and not first.events
+    wrong = runner.RunRecord(user_id="u1", events=list(second.events))  # sources of another user
+    assert runner.drop_unsourced(edge_store, wrong) == len(second.events) and not wrong.events
+
+
 def test_without_a_usable_answer_the_run_groups_offline(edge_store: Any, embedder: Any, tmp_path: Path) -> None:
     ingest(Processor(edge_store, embedder), events("u1"))
     state = runner.SynthesisState.load(tmp_path / "state.json")
