@@ -128,12 +128,15 @@ class SynthReplaySummary(ReplaySummary):
     patterns_retired: int = 0
     patterns_final: int = 0
     synth_seconds: float = 0.0
+    grouped_offline: int = 0
+    """Runs a configured theme reader gave no usable answer for (DREAM_SYNTHESIS_THEMES=llm)."""
 
     def describe(self) -> str:
         return super().describe() + (
             f"\nsynthesis: {self.runs} runs in {self.synth_seconds:.1f}s, "
             f"{self.patterns_written} patterns written, {self.patterns_updated} updated, "
-            f"{self.patterns_retired} retired, {self.patterns_final} patterns in the store")
+            f"{self.patterns_retired} retired, {self.patterns_final} patterns in the store"
+            + (f" ({self.grouped_offline} runs grouped offline: the reader failed)" if self.grouped_offline else ""))
 
 
 def _scan(path: Path) -> tuple[str | None, set[str | None]]:
@@ -202,6 +205,7 @@ def replay_with_synthesis(
         summary.patterns_written += sum(r.patterns_written for r in ran)
         summary.patterns_updated += sum(r.patterns_updated for r in ran)
         summary.patterns_retired += sum(r.patterns_retired for r in ran)
+        summary.grouped_offline += sum(r.theme_fallback for r in ran)
         result = feed(processor, ran, source=f"{path}#synthesis")
         summary.synth_seconds += time.perf_counter() - t0
         return result

@@ -10,6 +10,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+import orjson
 import pytest
 
 from dreamstream.agents import synthesis as syn
@@ -250,6 +251,23 @@ def test_without_a_usable_answer_the_run_groups_offline(edge_store: Any, embedde
     assert "grouped offline" in record.describe()
     assert [e["sources"] for e in record.events] == [e["sources"] for e in offline.events] != []
     assert all(e["metadata"]["text_by"] == "offline" for e in record.events)
+
+
+def test_a_replay_says_how_many_runs_the_reader_failed(embedder: Any, tmp_path: Path) -> None:
+    from dreamstream.streams.core.replay import replay_with_synthesis
+    from dreamstream.streams.store import EdgeStore
+
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in events("u1")))
+    store = EdgeStore(str(tmp_path / "store"))
+    try:
+        down = LLMThemeReader(ChatEndpoint("http://127.0.0.1:9/v1", "m", timeout_s=1).ask_json)
+        summary = replay_with_synthesis(path, store, runner.SynthesisState.load(tmp_path / "state.json"), embedder,
+                                        read_themes=down)
+    finally:
+        store.close()
+    assert summary.runs >= 1 and summary.grouped_offline == summary.runs
+    assert f"({summary.runs} runs grouped offline: the reader failed)" in summary.describe()
 
 
 def test_settings_build_the_reader_or_refuse() -> None:
