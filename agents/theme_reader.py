@@ -49,8 +49,8 @@ MAX_THEMES = 12
 MIN_MEMBERS = 3
 """As the guide for theme writers says: a pattern needs at least three memories."""
 MEMO = 256
-"""Replies kept per reader: a run repeated on the same evidence (a forced re-run) asks nothing again, so
-the model's grouping, once given, stays (synthesis is idempotent)."""
+"""Replies kept per reader: a run repeated on the same evidence in the same process (a forced re-run) asks
+nothing again, so the model's grouping, once given, stays; a new process asks again."""
 
 
 @dataclass(frozen=True)
