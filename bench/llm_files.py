@@ -2,13 +2,14 @@
 
     .venv/bin/python bench/llm_files.py DIR [--port 8765]
 
-No LLM weights can be had on the project's machines, so the LLM options (`DREAM_SYNTHESIS_THEMES=llm`, ...)
-are measured by letting a reader answer their prompts: point `DREAM_LLM_URL` at
-`http://127.0.0.1:PORT/v1` (`bench/synthesis_offline.py --llm-answers DIR` starts one itself) and run once. Every prompt without an answer is written to
-`DIR/prompts/KEY.txt` (the system message, a line `---`, then the user message) and answered with HTTP 404,
-so the caller falls back as it would on a failing endpoint. A reader who sees nothing but that file
-writes the reply's JSON object to `DIR/answers/KEY.json`; a second run then gets those answers. KEY is
-a digest of the messages, so an answer only ever serves the prompt it was written for.
+No LLM weights can be had on the project's machines, so the LLM options (`DREAM_SYNTHESIS_THEMES=llm`,
+...) are measured by letting a reader answer their prompts: point `DREAM_LLM_URL` at
+`http://127.0.0.1:PORT/v1` (`bench/synthesis_offline.py --llm-answers DIR` starts one itself) and run
+once. Every prompt without an answer is written to `DIR/prompts/KEY.txt` (the system message, a line
+`---`, then the user message) and answered with HTTP 404, so the caller falls back as it would on a
+failing endpoint. A reader who sees nothing but that file writes the reply's JSON object to
+`DIR/answers/KEY.json`; a second run then gets those answers. KEY is a digest of the messages, so an
+answer only ever serves the prompt it was written for.
 """
 
 from __future__ import annotations
