@@ -13,6 +13,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -161,66 +162,59 @@ class SlowThemeChat(ThemeChat):
         super().do_POST()
 
 
-def test_the_worker_groups_with_an_llm_reader_without_holding_up_ingest(kafka: str, unique: str,
-                                                                        tmp_path: Path) -> None:
-    """DREAM_SYNTHESIS_THEMES=llm in a real worker: while the reader takes its time, events are still stored;
-    then its theme becomes the pattern, worded by it, and the run record says who grouped."""
+@contextmanager
+def reading(kafka: str, name: str, tmp_path: Path, user: str) -> Iterator[WorkerProcess]:
+    """A worker with DREAM_SYNTHESIS_THEMES=llm and synthesis on, `user`'s memories sent, its reader asked and
+    holding its answer until `SlowThemeChat.release` is set (set on the way out in any case)."""
     SlowThemeChat.release.clear()
     SlowThemeChat.asked.clear()
     ThemeChat.prompts, ThemeChat.systems = [], []
     with chat_server(SlowThemeChat) as url:
         env = {"DREAM_SYNTHESIS_CHECK_SECONDS": "1", "DREAM_SYNTHESIS_THEMES": "llm", "DREAM_LLM_MODEL": "test-model",
                "DREAM_LLM_URL": url}
-        w = WorkerProcess(kafka, f"reader-{unique}", tmp_path, extra_env=env)
+        w = WorkerProcess(kafka, name, tmp_path, extra_env=env)
         try:
             w.start()
             assert dream_control(w, "synthesis.enable", "boundary=2025-01-01T00:00:00Z")[0] == 0
-            evs = synth_events("rd-u", texts=TEXTS)
+            evs = synth_events(user, texts=TEXTS)
             asyncio.run(produce(w.kafka, w.topics["added"], [orjson.dumps(e) for e in evs]))
             assert SlowThemeChat.asked.wait(120), "the reader was never asked"
-            late = {**synth_events("late-u")[0], "text": "Keeps bees on the allotment."}
-            asyncio.run(produce(w.kafka, w.topics["added"], [orjson.dumps(late)]))
-            wait(lambda: len(w.read("user=late-u")["memories"]) == 1, timeout=60)  # stored while the reader reads
-            assert not ThemeChat.prompts  # the reader has not answered yet
-            SlowThemeChat.release.set()
-            [pat] = asyncio.run(consume_all(w.kafka, w.topics["patterns"], 1, 120))
-            assert pat["text"] == THREAD and pat["metadata"]["text_by"] == "llm" and len(pat["sources"]) >= 3
-            runs = asyncio.run(consume_all(w.kafka, w.topics["runs"], 1, 30))
-            assert [r["themes_by"] for r in runs if r["ran"]] == ["llm"]
+            yield w
         finally:
             SlowThemeChat.release.set()
             w.stop()
+
+
+def test_the_worker_groups_with_an_llm_reader_without_holding_up_ingest(kafka: str, unique: str,
+                                                                        tmp_path: Path) -> None:
+    """DREAM_SYNTHESIS_THEMES=llm in a real worker: while the reader takes its time, events are still stored;
+    then its theme becomes the pattern, worded by it, and the run record says who grouped."""
+    with reading(kafka, f"reader-{unique}", tmp_path, "rd-u") as w:
+        late = {**synth_events("late-u")[0], "text": "Keeps bees on the allotment."}
+        asyncio.run(produce(w.kafka, w.topics["added"], [orjson.dumps(late)]))
+        wait(lambda: len(w.read("user=late-u")["memories"]) == 1, timeout=60)  # stored while the reader reads
+        assert not ThemeChat.prompts  # the reader has not answered yet
+        SlowThemeChat.release.set()
+        [pat] = asyncio.run(consume_all(w.kafka, w.topics["patterns"], 1, 120))
+        assert pat["text"] == THREAD and pat["metadata"]["text_by"] == "llm" and len(pat["sources"]) >= 3
+        runs = asyncio.run(consume_all(w.kafka, w.topics["runs"], 1, 30))
+        assert [r["themes_by"] for r in runs if r["ran"]] == ["llm"]
 
 
 def test_a_user_erased_while_the_reader_reads_gets_no_pattern(kafka: str, unique: str, tmp_path: Path) -> None:
     """Erasure during a slow reading: the run's pattern, drawn from erased memories, is dropped before it is
     sent; nothing reaches memory.patterns or the dead letters, and the user stays erased."""
-    SlowThemeChat.release.clear()
-    SlowThemeChat.asked.clear()
-    ThemeChat.prompts, ThemeChat.systems = [], []
-    with chat_server(SlowThemeChat) as url:
-        env = {"DREAM_SYNTHESIS_CHECK_SECONDS": "1", "DREAM_SYNTHESIS_THEMES": "llm", "DREAM_LLM_MODEL": "test-model",
-               "DREAM_LLM_URL": url}
-        w = WorkerProcess(kafka, f"erase-{unique}", tmp_path, extra_env=env)
-        try:
-            w.start()
-            assert dream_control(w, "synthesis.enable", "boundary=2025-01-01T00:00:00Z")[0] == 0
-            evs = synth_events("er-u", texts=TEXTS)
-            asyncio.run(produce(w.kafka, w.topics["added"], [orjson.dumps(e) for e in evs]))
-            assert SlowThemeChat.asked.wait(120), "the reader was never asked"
-            req = urllib.request.Request(f"http://127.0.0.1:{w.port}/v1/users/er-u?confirm=er-u", method="DELETE")
-            with urllib.request.urlopen(req, timeout=30) as r:
-                assert json.loads(r.read())["erased"] is True
-            SlowThemeChat.release.set()
-            runs = asyncio.run(consume_all(w.kafka, w.topics["runs"], 1, 60))
-            assert [r["themes_by"] for r in runs if r["ran"]] == ["llm"]  # the run finished
-            assert ThemeChat.prompts  # the reader did answer
-            assert not asyncio.run(consume_all(w.kafka, w.topics["patterns"], 1, 5))
-            assert not asyncio.run(consume_all(w.kafka, w.topics["dead"], 1, 3))
-            assert w.read("user=er-u&include_merged=1")["memories"] == []
-        finally:
-            SlowThemeChat.release.set()
-            w.stop()
+    with reading(kafka, f"erase-{unique}", tmp_path, "er-u") as w:
+        req = urllib.request.Request(f"http://127.0.0.1:{w.port}/v1/users/er-u?confirm=er-u", method="DELETE")
+        with urllib.request.urlopen(req, timeout=30) as r:
+            assert json.loads(r.read())["erased"] is True
+        SlowThemeChat.release.set()
+        runs = asyncio.run(consume_all(w.kafka, w.topics["runs"], 1, 60))
+        assert [r["themes_by"] for r in runs if r["ran"]] == ["llm"]  # the run finished
+        assert ThemeChat.prompts  # the reader did answer
+        assert not asyncio.run(consume_all(w.kafka, w.topics["patterns"], 1, 5))
+        assert not asyncio.run(consume_all(w.kafka, w.topics["dead"], 1, 3))
+        assert w.read("user=er-u&include_merged=1")["memories"] == []
 
 
 def test_consolidation_over_the_control_topic_schedules_and_access(worker: WorkerProcess) -> None:

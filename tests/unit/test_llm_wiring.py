@@ -23,6 +23,7 @@ from dreamstream.streams.core.ingest import Incoming, Processor
 from dreamstream.streams.core.llm_client import ChatEndpoint
 from tests.helpers import ChatHandler, chat_server
 from tests.unit.test_synthesis_runner import NOW, T0, events, ingest, patterns
+from tests.unit.test_synthesis_runner import run as synth_run
 
 SENTENCE = "User follows a structured running and strength routine aimed at a marathon."
 
@@ -102,10 +103,7 @@ def test_llm_worded_patterns_are_written_once_per_evidence(edge_store: Any, embe
     writer = LLMPatternWriter(ChatEndpoint(chat, "test-model").ask_json)
 
     def run(now: str) -> runner.RunRecord:
-        record = runner.run_for_user(edge_store, embedder, "u1", now, state, force=True, write_text=writer)
-        runner.apply(edge_store, [record])
-        ingest(Processor(edge_store, embedder), record.events)
-        return record
+        return synth_run(edge_store, embedder, state, now=now, force=True, write_text=writer)
 
     first = run(NOW)
     stored = patterns(edge_store)

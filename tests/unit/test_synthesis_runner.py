@@ -41,8 +41,10 @@ def ingest(proc: Processor, evs: list[dict[str, Any]]) -> None:
 
 
 def run(store: Any, embedder: Any, state: runner.SynthesisState, user: str = "u1", now: str = NOW,
-        force: bool = False) -> runner.RunRecord:
-    record = runner.run_for_user(store, embedder, user, now, state, force=force)
+        force: bool = False, **options: Any) -> runner.RunRecord:
+    """One run for `user`, its retirements applied and its patterns ingested; `options` go to `run_for_user`
+    (a pattern writer, a theme reader)."""
+    record = runner.run_for_user(store, embedder, user, now, state, force=force, **options)
     runner.apply(store, [record])
     ingest(Processor(store, embedder), record.events)
     return record

@@ -24,6 +24,7 @@ from dreamstream.streams.core.ingest import Processor
 from dreamstream.streams.core.llm_client import ChatEndpoint
 from tests.helpers import FILLER, ChatHandler, chat_server
 from tests.unit.test_synthesis_runner import FITNESS, NOW, T0, events, ingest, patterns
+from tests.unit.test_synthesis_runner import run as synth_run
 
 THREAD = "User is training for a marathon: weekly mileage, strength work and a tracked plan."
 HOME = "User grew up in Valencia and now lives in Lisbon, driving a grey Volvo estate."
@@ -102,10 +103,7 @@ def test_the_reader_groups_from_the_persons_own_current_facts(edge_store: Any, e
     reader = LLMThemeReader(ChatEndpoint(chat, "test-model").ask_json)
 
     def run(now: str) -> runner.RunRecord:
-        record = runner.run_for_user(edge_store, embedder, "u1", now, state, force=True, read_themes=reader)
-        runner.apply(edge_store, [record])
-        ingest(Processor(edge_store, embedder), record.events)
-        return record
+        return synth_run(edge_store, embedder, state, now=now, force=True, read_themes=reader)
 
     first = run(NOW)
     [prompt] = ThemeChat.prompts
