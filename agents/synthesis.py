@@ -885,10 +885,10 @@ def read_themes(user_memories: Sequence[Memory], embed: Embed, reader: ReadTheme
         return []
     user_id, person = _one_user(mems, "read_themes")
     shown = mems[-MAX_LINES:]
-    vectors = _vectors(shown, embed)
     answer = reader([(m.created_at, m.text) for m in shown])
     if answer is None:
         return None
+    vectors = _vectors(shown, embed)
     ignore = frozenset({person.lower(), "user"})
     terms = _canonical([content_words(m.text, ignore) for m in shown])
     weights = term_weights(terms)
