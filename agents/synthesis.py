@@ -866,6 +866,20 @@ ReadThemes = Callable[[Sequence[tuple[str, str]]], "Sequence[ReadTheme] | None"]
 `agents.theme_reader.LLMThemeReader` is one."""
 
 
+def shown_to_reader(user_memories: Sequence[Memory]) -> list[Memory]:
+    """What a reader is shown of a user's evidence: oldest first, at most MAX_LINES (the most recent)."""
+    return sorted(user_memories, key=lambda m: (m.created_at, m.memory_id))[-MAX_LINES:]
+
+
+def reading_digest(user_memories: Sequence[Memory]) -> str:
+    """A digest of what a reader would be shown: a run whose digest equals the last reading's has nothing new
+    to read, and asking again would only let the model's variance reword or retire the person's patterns."""
+    h = hashlib.sha1()
+    for m in shown_to_reader(user_memories):
+        h.update(f"{m.memory_id}\x1f{m.created_at}\x1f{m.text}\x1e".encode())
+    return h.hexdigest()[:16]
+
+
 def read_themes(user_memories: Sequence[Memory], embed: Embed, reader: ReadThemes) -> list[Theme] | None:
     """Themes a reader (an LLM) groups from one user's evidence; None when it gives no usable answer (the
     caller then groups offline).
@@ -884,7 +898,7 @@ def read_themes(user_memories: Sequence[Memory], embed: Embed, reader: ReadTheme
     if len(mems) < MIN_THEME_SIZE:
         return []
     user_id, person = _one_user(mems, "read_themes")
-    shown = mems[-MAX_LINES:]
+    shown = shown_to_reader(mems)
     answer = reader([(m.created_at, m.text) for m in shown])
     if answer is None:
         return None

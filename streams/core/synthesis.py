@@ -4,7 +4,7 @@ Settings and state live in one small JSON file (`synthesis_state.json`) beside t
 under `$DREAM_STATE_DIR` (default `var/state`) for a server store::
 
     {"projects": {"<project_id or _default>": {"enabled": true, "boundary": "<ISO time>"}},
-     "users": {"<user_id>": {"last_run": "<ISO time>", "evidence_used": ["m-1", ...]}}}
+     "users": {"<user_id>": {"last_run": "<ISO time>", "evidence_used": ["m-1", ...], "read_digest": "..."}}}
 
 Synthesis is off for every project until enabled; enabling sets a forward boundary so only memories
 created after it are evidence (history is never rewritten). A run does not write to the store: it
@@ -131,7 +131,8 @@ class RunRecord:
     user_id: str
     ran: bool = False
     reason: str = ""
-    """Why the user was skipped (disabled, too_few_memories, not_due), or "" when it ran."""
+    """Why the user was skipped (disabled, too_few_memories, not_due; unchanged: the reader already read exactly
+    this evidence), or "" when it ran."""
     memories_considered: int = 0
     themes: int = 0
     patterns_written: int = 0
@@ -232,7 +233,13 @@ def run_memories(
         return record
     evidence, project_id = _evidence(state, facts)
     found_themes: list[syn.Theme] | None = None
-    if evidence and read_themes is not None:
+    digest = syn.reading_digest(evidence) if evidence and read_themes is not None else None
+    if digest is not None and (state.users.get(user_id) or {}).get("read_digest") == digest:
+        # The reader read exactly this last time (in this process or another): its answer stands. A restated
+        # fact merged away, a forced re-run or a restarted worker asks nothing, so patterns stay as they are.
+        record.reason = "unchanged"
+        return record
+    if digest is not None and read_themes is not None:
         found_themes = syn.read_themes(evidence, embed, read_themes)
         record.themes_by, record.theme_fallback = ("llm", False) if found_themes is not None else ("offline", True)
     if found_themes is None:
@@ -288,6 +295,8 @@ def run_memories(
         "last_run": now,
         "evidence_used": sorted({mid for t in themes for mid in t.memory_ids}),
     }
+    if record.themes_by == "llm" and digest is not None:
+        state.users[user_id]["read_digest"] = digest
     record.duration_seconds = time.perf_counter() - start
     return record
 

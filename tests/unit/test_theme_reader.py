@@ -124,7 +124,14 @@ def test_the_reader_groups_from_the_persons_own_current_facts(edge_store: Any, e
         t for t in TEXTS[1:] if any(w in t.lower() for w in FITNESS_WORDS))
 
     again = run("2025-04-09T00:00:00Z")  # same evidence: the reader is not asked again, nothing rewritten
-    assert len(ThemeChat.prompts) == 1 and again.patterns_unchanged == 1 and not again.events
+    assert len(ThemeChat.prompts) == 1 and not again.ran and again.reason == "unchanged" and not again.events
+    # Nor in a new process (the state read back from its file, a reader that remembers no reply): a restarted
+    # worker or a forced re-run must not let the model's variance reword or retire what it already read.
+    restarted = synth_run(edge_store, embedder, runner.SynthesisState.load(tmp_path / "state.json"),
+                          now="2025-04-10T00:00:00Z", force=True,
+                          read_themes=LLMThemeReader(ChatEndpoint(chat, "test-model").ask_json))
+    assert len(ThemeChat.prompts) == 1 and restarted.reason == "unchanged" and not restarted.events
+    assert [p.memory_id for p in patterns(edge_store)] == [pattern.memory_id]
 
     # New evidence: the whole record is read afresh, and the pattern keeps its id as it grows.
     def add(memory_id: str, text: str, created_at: str) -> None:
@@ -158,6 +165,7 @@ def test_the_reader_groups_from_the_persons_own_current_facts(edge_store: Any, e
         pattern.memory_id]
 
     # The endpoint down: the offline grouping runs, but neither rewrites nor retires the reader's pattern.
+    add("m-down", "Swims twice a week at the municipal pool.", "2025-06-05T00:00:00Z")
     down = runner.run_for_user(edge_store, embedder, "u1", "2025-06-10T00:00:00Z", state, force=True,
                                read_themes=LLMThemeReader(ChatEndpoint("http://127.0.0.1:9/v1", "m",
                                                                        timeout_s=1).ask_json))
