@@ -38,6 +38,11 @@ Not a theme: one fact said several times; unrelated facts joined by "and"; memor
 one loose word; a list of everything about a topic without a thread. Most people have 2 to 6 themes, \
 some none: prefer fewer, clearly true themes to many weak ones.
 
+One thread per theme: its members are the memories that show that thread directly (usually 3 to 8), \
+not everything on the same topic. When one area of the person's life holds two threads (say, how a \
+career moves on and a side project in the same field), give them as two themes, each with its own \
+members.
+
 "theme": one sentence that names the thread, true at the end of the list, using the person's name as \
 the memories use it ("User" when they use none); concrete supporting details may follow, each \
 traceable to a member; at most 60 words. "members": the line numbers of its evidence."""
@@ -49,8 +54,8 @@ MAX_THEMES = 12
 MIN_MEMBERS = 3
 """As the guide for theme writers says: a pattern needs at least three memories."""
 MEMO = 256
-"""Replies kept per reader: a run repeated on the same evidence in the same process (a forced re-run) asks
-nothing again, so the model's grouping, once given, stays; a new process asks again."""
+"""Replies kept per reader: the same lines in the same process ask nothing again. Across processes the run
+state's digest of what was read (`synthesis.reading_digest`) keeps a re-run from asking."""
 
 
 @dataclass(frozen=True)

@@ -199,6 +199,7 @@ def test_the_worker_groups_with_an_llm_reader_without_holding_up_ingest(kafka: s
         assert pat["text"] == THREAD and pat["metadata"]["text_by"] == "llm" and len(pat["sources"]) >= 3
         runs = asyncio.run(consume_all(w.kafka, w.topics["runs"], 1, 30))
         assert [r["themes_by"] for r in runs if r["ran"]] == ["llm"]
+        assert all(r["read_digest"] for r in runs if r["ran"])  # what a restarted worker needs not to ask again
 
 
 def test_a_user_erased_while_the_reader_reads_gets_no_pattern(kafka: str, unique: str, tmp_path: Path) -> None:
