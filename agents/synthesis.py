@@ -1121,7 +1121,7 @@ _NOT_THREADS = frozenset((
     "prefer", "like", "love", "want", "use", "said", "say", "think", "feel", "felt", "start", "started", "finish",
     "make", "made", "get", "got", "go", "went", "new", "now", "still", "time", "first", "last", "next", "year",
     "month", "week", "day", "today", "thing", "lot", "took", "take", "tri", "ask", "asked", "told", "tell",
-    "asleep", "awake", "fall", "way", "place", "people", "part",
+    "asleep", "awake", "fall", "way", "place", "people", "part", "buy", "bought",
     "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec", "january",
     "february", "march", "april", "june", "july", "august", "september", "october", "november", "december",
     "monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday", "weekend",
@@ -1150,6 +1150,14 @@ def _gerund(verb: str) -> str:
     return v + "ing"
 
 
+def _note_verb(word: str) -> bool:
+    """Whether a note's first word reads as its verb ("Swims Tue + Thu", "Cooked jollof"), not as a noun that
+    opens it ("Asthma since age 7", "Deployment uses a Helm chart", "Service exposes gRPC": named "asthmaing",
+    "deploymenting", "servicing" before)."""
+    w = word.lower()
+    return w.endswith(("s", "ed")) and not w.endswith(("ss", "us", "is", "ness", "ics"))
+
+
 def thread_phrase(texts: Sequence[str], shared: Sequence[str], person: str, phrases: bool = True) -> str:
     """The members' shared thread in their own words: the most shared specific word as they write it, or
     the two-word phrase around it that two or more members use ("book club", "Rennend Lombok"); a verb
@@ -1169,7 +1177,7 @@ def thread_phrase(texts: Sequence[str], shared: Sequence[str], person: str, phra
                     continue
                 word = tok if k and tok[:1].isupper() else tok.lower()
                 singles[word] += 1
-                if (k == 0 or toks[k - 1].lower() in before_verb) and not word.endswith("ing"):
+                if (toks[k - 1].lower() in before_verb if k else _note_verb(word)) and not word.endswith("ing"):
                     verbs += 1
                 for a, b in ((toks[k - 1] if k else "", word), (word, toks[k + 1] if k + 1 < len(toks) else "")):
                     other = a if b == word else b

@@ -391,6 +391,17 @@ def test_thread_phrase_keeps_the_members_two_word_name() -> None:
     assert syn.thread_phrase(texts, ["club", "book"], "Dae-hyun") == "book club"
 
 
+def test_a_note_that_opens_with_a_noun_names_no_activity() -> None:
+    """Note-style memories open with their verb ("Swims ...") or with a noun ("Asthma ..."): only the verb is
+    named as an activity."""
+    assert syn.thread_phrase(["Asthma since age 7.", "Spring is bad asthma season.", "Asthma flared in May."],
+                             ["asthma"], "User") == "asthma"
+    assert syn.thread_phrase(["Service exposes gRPC on 9090.", "Service runs three replicas.",
+                              "The service moved to Go 1.22."], ["servic"], "User") == "service"
+    assert syn.thread_phrase(["Swims Tue + Thu mornings.", "Swims at the lake in summer.", "User swims 2 km."],
+                             ["swim"], "User") == "swimming"
+
+
 def test_a_name_that_ends_in_s_is_still_the_persons_name() -> None:
     assert syn.person_name(["Idris joined a study group.", "Idris got an 88 on his exam.",
                             "Idris walks Juno every morning.", "His tutor praised Idris."]) == "Idris"
