@@ -332,7 +332,9 @@ def drop_unsourced(store: MemoryStore, record: RunRecord) -> int:
     keep = [e for e in record.events
             if all(s in found and found[s].user_id == record.user_id for s in e["sources"])]
     dropped = len(record.events) - len(keep)
+    gone = {e["memory_id"] for e in record.events} - {e["memory_id"] for e in keep}
     record.events = keep
+    record.pattern_ids = [p for p in record.pattern_ids if p not in gone]  # the run record names none of them
     return dropped
 
 

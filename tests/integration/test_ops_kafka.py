@@ -212,6 +212,7 @@ def test_a_user_erased_while_the_reader_reads_gets_no_pattern(kafka: str, unique
         SlowThemeChat.release.set()
         runs = asyncio.run(consume_all(w.kafka, w.topics["runs"], 1, 60))
         assert [r["themes_by"] for r in runs if r["ran"]] == ["llm"]  # the run finished
+        assert [r["pattern_ids"] for r in runs if r["ran"]] == [[]]  # and names no pattern it did not send
         assert ThemeChat.prompts  # the reader did answer
         assert not asyncio.run(consume_all(w.kafka, w.topics["patterns"], 1, 5))
         assert not asyncio.run(consume_all(w.kafka, w.topics["dead"], 1, 3))
