@@ -20,6 +20,15 @@ def state_for(store_dir: str | None) -> Any:
     return runner.SynthesisState.load(runner.state_path(directory, server=bool(settings.qdrant_url)))
 
 
+def grouping_line() -> str:
+    """Who will group this store's patterns, and what that is worth: measured, the offline grouping holds on
+    text it was not tuned on less than half the time, a capable model's reading about nine times in ten."""
+    if settings.synthesis_themes == "llm":
+        return f"grouping: the LLM theme reader ({settings.llm_model} at {settings.llm_url})"
+    return ("grouping: offline (4 in 10 of its patterns held on text it was not tuned on; "
+            "DREAM_SYNTHESIS_THEMES=llm lets a model group: 9 in 10)")
+
+
 @click.command()
 @click.argument("action", type=click.Choice(["enable", "disable", "status"]))
 @click.option("--project", "project", default=None, help="Project id (default: memories without a project).")
@@ -36,6 +45,7 @@ def synthesis(action: str, project: str | None, boundary: str | None,
     if action == "enable":
         s = runner.enable(state, project, boundary)
         click.echo(f"synthesis enabled for {key}: evidence after {s['boundary']}")
+        click.echo(grouping_line())
     elif action == "disable":
         runner.disable(state, project)
         click.echo(f"synthesis disabled for {key}")
@@ -45,6 +55,7 @@ def synthesis(action: str, project: str | None, boundary: str | None,
         for name, s in sorted(state.projects.items()):
             click.echo(f"{name}: {'enabled' if s.get('enabled') else 'disabled'}, boundary {s.get('boundary')}")
         click.echo(f"{len(state.users)} users synthesised; state in {state.path}")
+        click.echo(grouping_line())
 
 
 @click.command()

@@ -114,3 +114,15 @@ def test_an_undo_that_changed_no_status_still_says_so(capsys: pytest.CaptureFixt
     assert capsys.readouterr().out.splitlines() == [
         "d-1: undone (it changed no memory's status: a review item, now dismissed)",
         "m-1: superseded -> active (undo of d-2)"]
+
+
+def test_synthesis_says_who_groups_and_what_that_is_worth(tmp_path: Path) -> None:
+    """Opting in to synthesis shows whether a model or the offline grouping will read, so the trade is seen."""
+    store = str(tmp_path / "s")
+    on = dream("synthesis", "enable", "--store", store)
+    assert on.returncode == 0 and on.stdout.splitlines()[-1].startswith("grouping: offline (4 in 10")
+    llm = subprocess.run([DREAM, "synthesis", "status", "--store", store], capture_output=True, text=True,
+                         timeout=300, env={**ENV, "DREAM_SYNTHESIS_THEMES": "llm", "DREAM_LLM_URL": "http://127.0.0.1:9/v1",
+                                           "DREAM_LLM_MODEL": "m"})
+    assert llm.returncode == 0 and llm.stdout.splitlines()[0].startswith("_default: enabled")
+    assert llm.stdout.splitlines()[-1] == "grouping: the LLM theme reader (m at http://127.0.0.1:9/v1)"
