@@ -26,7 +26,7 @@ def grouping_line() -> str:
     if settings.synthesis_themes == "llm":
         return f"grouping: the LLM theme reader ({settings.llm_model} at {settings.llm_url})"
     return ("grouping: offline (4 in 10 of its patterns held on text it was not tuned on; "
-            "DREAM_SYNTHESIS_THEMES=llm lets a model group: 9 in 10)")
+            "DREAM_SYNTHESIS_THEMES=llm lets a model group: 9 in 10 with a capable one)")
 
 
 @click.command()
