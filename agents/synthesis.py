@@ -871,10 +871,11 @@ def shown_to_reader(user_memories: Sequence[Memory]) -> list[Memory]:
     return sorted(user_memories, key=lambda m: (m.created_at, m.memory_id))[-MAX_LINES:]
 
 
-def reading_digest(user_memories: Sequence[Memory]) -> str:
-    """A digest of what a reader would be shown: a run whose digest equals the last reading's has nothing new
-    to read, and asking again would only let the model's variance reword or retire the person's patterns."""
-    h = hashlib.sha1()
+def reading_digest(user_memories: Sequence[Memory], reader_id: str = "") -> str:
+    """A digest of what a reader (`reader_id`: its model and prompt) would be shown: a run whose digest equals
+    the last reading's has nothing new to read, and asking again would only let the model's variance reword
+    or retire the person's patterns."""
+    h = hashlib.sha1(reader_id.encode())
     for m in shown_to_reader(user_memories):
         h.update(f"{m.memory_id}\x1f{m.created_at}\x1f{m.text}\x1e".encode())
     return h.hexdigest()[:16]
@@ -1132,6 +1133,8 @@ _NOT_THREADS = frozenset((
 def _gerund(verb: str) -> str:
     """The -ing form of a verb as a subject says it ("runs" -> "running", "bakes" -> "baking")."""
     v = verb.lower()
+    if v.endswith("ing"):
+        return v
     if v.endswith("ed") and len(v) > 4:
         v = v[:-2] if not v.endswith("ied") else v[:-3] + "y"
         return v + "ing"
@@ -1155,7 +1158,15 @@ def _note_verb(word: str) -> bool:
     opens it ("Asthma since age 7", "Deployment uses a Helm chart", "Service exposes gRPC": named "asthmaing",
     "deploymenting", "servicing" before)."""
     w = word.lower()
-    return w.endswith(("s", "ed")) and not w.endswith(("ss", "us", "is", "ness", "ics"))
+    if w.endswith("ed"):
+        return True
+    base = w[:-1] if w.endswith("s") and not w.endswith(("ss", "us", "is", "ics")) else ""
+    # A plural noun opens a note as often as a verb does ("Deployments use ...", "Meetings run long").
+    return bool(base) and not base.endswith(_NOUN_ENDINGS)
+
+
+_NOUN_ENDINGS = ("ment", "tion", "sion", "ity", "ance", "ence", "ing", "ness", "ship", "ism", "ist", "er", "or",
+                 "ete", "ure", "age")
 
 
 def thread_phrase(texts: Sequence[str], shared: Sequence[str], person: str, phrases: bool = True) -> str:

@@ -16,6 +16,7 @@ or an unusable reply gives `None`, and the offline grouping runs instead.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -105,7 +106,15 @@ class LLMThemeReader:
 
     ask: AskJSON
     name: str = "llm"
+    identity: str = ""
+    """Who reads (the model's name): with the prompt, part of `reading_id`."""
     _memo: dict[object, list[ReadTheme]] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def reading_id(self) -> str:
+        """Names this reader and its prompt: a reading by another model or prompt is a different reading, so
+        a changed prompt or model reads each person again rather than keeping the old answer for good."""
+        return hashlib.sha1(f"{self.identity}\x1f{MAX_LINES}\x1f{SYSTEM_PROMPT}".encode()).hexdigest()[:12]
 
     def messages(self, lines: Sequence[tuple[str, str]]) -> list[dict[str, str]]:
         """`lines`: (created_at, text) oldest first, at most MAX_LINES.

@@ -21,9 +21,13 @@ def state_for(store_dir: str | None) -> Any:
 
 
 def grouping_line() -> str:
-    """Who will group this store's patterns, and what that is worth: measured, the offline grouping holds on
-    text it was not tuned on less than half the time, a capable model's reading about nine times in ten."""
-    if settings.synthesis_themes == "llm":
+    """Who will group this store's patterns (as this shell is configured; a worker has its own environment),
+    and what that is worth: measured, the offline grouping holds on text it was not tuned on less than half the
+    time, a capable model's reading about nine times in ten."""
+    from dreamstream.streams.core.judges import check_settings
+
+    check_settings(settings)  # DREAM_SYNTHESIS_THEMES=llm without an endpoint is the one-line error a run gives
+    if settings.synthesis_themes.strip().lower() == "llm":
         return f"grouping: the LLM theme reader ({settings.llm_model} at {settings.llm_url})"
     return ("grouping: offline (4 in 10 of its patterns held on text it was not tuned on; "
             "DREAM_SYNTHESIS_THEMES=llm lets a model group: 9 in 10 with a capable one)")
@@ -40,12 +44,13 @@ def synthesis(action: str, project: str | None, boundary: str | None,
     """Turn synthesis on or off for a project (off by default), or show the settings."""
     from dreamstream.streams.core import synthesis as runner
 
+    grouping = grouping_line()  # a misconfigured reader fails here, before anything is changed
     state = state_for(store_dir)
     key = project or runner.DEFAULT_PROJECT
     if action == "enable":
         s = runner.enable(state, project, boundary)
         click.echo(f"synthesis enabled for {key}: evidence after {s['boundary']}")
-        click.echo(grouping_line())
+        click.echo(grouping)
     elif action == "disable":
         runner.disable(state, project)
         click.echo(f"synthesis disabled for {key}")
@@ -55,7 +60,7 @@ def synthesis(action: str, project: str | None, boundary: str | None,
         for name, s in sorted(state.projects.items()):
             click.echo(f"{name}: {'enabled' if s.get('enabled') else 'disabled'}, boundary {s.get('boundary')}")
         click.echo(f"{len(state.users)} users synthesised; state in {state.path}")
-        click.echo(grouping_line())
+        click.echo(grouping)
 
 
 @click.command()

@@ -121,5 +121,6 @@ def theme_reader_from_settings(s: Settings) -> LLMThemeReader | None:
     _endpoint(s, "DREAM_SYNTHESIS_THEMES=llm")
     key = (s.llm_url, s.llm_model, s.llm_api_key, max(s.llm_timeout, READ_TIMEOUT_S))
     if key not in _readers:
-        _readers[key] = LLMThemeReader(_chat_endpoint(*key).ask_json)  # type: ignore[arg-type]
+        _readers[key] = LLMThemeReader(_chat_endpoint(*key).ask_json,  # type: ignore[arg-type]
+                                       identity=str(s.llm_model))
     return _readers[key]

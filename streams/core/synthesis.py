@@ -4,7 +4,8 @@ Settings and state live in one small JSON file (`synthesis_state.json`) beside t
 under `$DREAM_STATE_DIR` (default `var/state`) for a server store::
 
     {"projects": {"<project_id or _default>": {"enabled": true, "boundary": "<ISO time>"}},
-     "users": {"<user_id>": {"last_run": "<ISO time>", "evidence_used": ["m-1", ...], "read_digest": "..."}}}
+     "users": {"<user_id>": {"last_run": "<ISO time>", "evidence_used": ["m-1", ...],
+                             "read_digest": "...", "read_patterns": ["p-...", ...]}}}
 
 Synthesis is off for every project until enabled; enabling sets a forward boundary so only memories
 created after it are evidence (history is never rewritten). A run does not write to the store: it
@@ -145,6 +146,9 @@ class RunRecord:
     """Who grouped the themes: `llm` (the configured reader) or `offline` (no reader, or it gave no usable answer)."""
     theme_fallback: bool = False
     """A reader was configured but gave no usable answer, so the offline grouping ran."""
+    read_digest: str | None = None
+    """What the reader read (`synthesis.reading_digest`) when it grouped this run; None otherwise, or when
+    patterns of the reading were dropped before they were sent (`drop_unsourced`)."""
     duration_seconds: float = 0.0
     pattern_ids: list[str] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
@@ -233,10 +237,17 @@ def run_memories(
         return record
     evidence, project_id = _evidence(state, facts)
     found_themes: list[syn.Theme] | None = None
-    digest = syn.reading_digest(evidence) if evidence and read_themes is not None else None
-    if digest is not None and (state.users.get(user_id) or {}).get("read_digest") == digest:
-        # The reader read exactly this last time (in this process or another): its answer stands. A restated
+    digest = None
+    if evidence and read_themes is not None:
+        digest = syn.reading_digest(evidence, str(getattr(read_themes, "reading_id", "")))
+    last = state.users.get(user_id) or {}
+    stored = {p.memory_id for p in patterns if p.user_id == user_id}
+    if digest is not None and last.get("read_digest") == digest and set(last.get("read_patterns") or ()) <= stored:
+        # The same reader read exactly this last time (in this process or another) and its patterns are all
+        # still stored (in whatever state a person or a later run left them): its answer stands. A restated
         # fact merged away, a forced re-run or a restarted worker asks nothing, so patterns stay as they are.
+        # A pattern gone from the store (never written after a crash, a rebuilt store, an erased user whose
+        # memories came back) means the reading has to be done again.
         record.reason = "unchanged"
         return record
     if digest is not None and read_themes is not None:
@@ -296,7 +307,8 @@ def run_memories(
         "evidence_used": sorted({mid for t in themes for mid in t.memory_ids}),
     }
     if record.themes_by == "llm" and digest is not None:
-        state.users[user_id]["read_digest"] = digest
+        record.read_digest = digest
+        state.users[user_id] |= {"read_digest": digest, "read_patterns": list(record.pattern_ids)}
     record.duration_seconds = time.perf_counter() - start
     return record
 
@@ -335,6 +347,8 @@ def drop_unsourced(store: MemoryStore, record: RunRecord) -> int:
     gone = {e["memory_id"] for e in record.events} - {e["memory_id"] for e in keep}
     record.events = keep
     record.pattern_ids = [p for p in record.pattern_ids if p not in gone]  # the run record names none of them
+    if dropped:
+        record.read_digest = None  # that reading was not stored whole: the next run reads again
     return dropped
 
 

@@ -73,7 +73,7 @@ CONTROL = Counter("dreamstream_control_commands_total", "Commands on the control
 
 EVENT_OUTCOMES = {"stored": (MEMORY_ADDED, "stored"), "pattern_stored": (PATTERN_ADDED, "stored"),
                   "redelivered": (MEMORY_ADDED, "redelivered")}
-SYNTH_RESULTS = ("ran", "disabled", "too_few_memories", "not_due")
+SYNTH_RESULTS = ("ran", "disabled", "too_few_memories", "not_due", "unchanged")
 PATTERN_CHANGES = ("written", "updated", "unchanged", "retired")
 CONTROL_OUTCOMES = ("ok", "error", "rejected")
 CONSOLIDATION_KINDS = ("dry_run", "auto", "approve")

@@ -130,6 +130,7 @@ async def synthesis_runs_applied(stream: faust.StreamT) -> None:
                 state["last_run"] = body["now"]
                 state["evidence_used"] = body.get("evidence_used", [])
                 state["read_digest"] = body.get("read_digest")
+                state["read_patterns"] = body.get("pattern_ids", []) if body.get("read_digest") else []
             users_table[user] = state
             health.recovered("synthesis.runs")
         except Exception as exc:
@@ -251,7 +252,8 @@ async def tick(now: str | None = None) -> list[runner.RunRecord]:
             "patterns_written": record.patterns_written, "patterns_updated": record.patterns_updated,
             "patterns_unchanged": record.patterns_unchanged, "patterns_retired": record.patterns_retired,
             "themes_by": record.themes_by, "pattern_ids": record.pattern_ids,
-            "evidence_used": after.get("evidence_used", []), "read_digest": after.get("read_digest"),
+            "evidence_used": after.get("evidence_used", []),
+            "read_digest": record.read_digest,
             "eligible_seen": state.get("eligible", 0), "recent_eligible": recent_eligible(user, int(cadence)),
             "duration_seconds": round(time.perf_counter() - started, 4), "at": now_iso(),
         }

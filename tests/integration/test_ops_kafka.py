@@ -171,7 +171,7 @@ def reading(kafka: str, name: str, tmp_path: Path, user: str) -> Iterator[Worker
     ThemeChat.prompts, ThemeChat.systems = [], []
     with chat_server(SlowThemeChat) as url:
         env = {"DREAM_SYNTHESIS_CHECK_SECONDS": "1", "DREAM_SYNTHESIS_THEMES": "llm", "DREAM_LLM_MODEL": "test-model",
-               "DREAM_LLM_URL": url}
+               "DREAM_LLM_URL": url, "DREAM_SYNTHESIS_CADENCE": "0"}
         w = WorkerProcess(kafka, name, tmp_path, extra_env=env)
         try:
             w.start()
@@ -200,6 +200,13 @@ def test_the_worker_groups_with_an_llm_reader_without_holding_up_ingest(kafka: s
         runs = asyncio.run(consume_all(w.kafka, w.topics["runs"], 1, 30))
         assert [r["themes_by"] for r in runs if r["ran"]] == ["llm"]
         assert all(r["read_digest"] for r in runs if r["ran"])  # what a restarted worker needs not to ask again
+        # A memory said again word for word is merged away: the user is due (a new memory arrived), but the
+        # evidence is what the reader read, as the worker's table now knows from the run record: not asked.
+        first = synth_events("rd-u", texts=TEXTS)[2]
+        again = {**first, "event_id": "e-again", "memory_id": "rd-again", "created_at": "2025-06-01T00:00:00Z"}
+        asyncio.run(produce(w.kafka, w.topics["added"], [orjson.dumps(again)]))
+        runs = asyncio.run(consume_all(w.kafka, w.topics["runs"], 2, 60))
+        assert [r["reason"] for r in runs][-1:] == ["unchanged"] and len(ThemeChat.prompts) == 1
 
 
 def test_a_user_erased_while_the_reader_reads_gets_no_pattern(kafka: str, unique: str, tmp_path: Path) -> None:

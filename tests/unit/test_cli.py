@@ -126,3 +126,8 @@ def test_synthesis_says_who_groups_and_what_that_is_worth(tmp_path: Path) -> Non
                                            "DREAM_LLM_MODEL": "m"})
     assert llm.returncode == 0 and llm.stdout.splitlines()[0].startswith("_default: enabled")
     assert llm.stdout.splitlines()[-1] == "grouping: the LLM theme reader (m at http://127.0.0.1:9/v1)"
+    half = subprocess.run([DREAM, "synthesis", "disable", "--store", store], capture_output=True, text=True,
+                          timeout=300, env={**ENV, "DREAM_SYNTHESIS_THEMES": " LLM"})
+    assert half.returncode == 1 and not half.stdout  # no endpoint: the error a run would give, nothing changed
+    assert half.stderr.strip().splitlines() == [half.stderr.strip()] and "DREAM_LLM_URL" in half.stderr
+    assert dream("synthesis", "status", "--store", store).stdout.startswith("_default: enabled")

@@ -400,6 +400,10 @@ def test_a_note_that_opens_with_a_noun_names_no_activity() -> None:
                               "The service moved to Go 1.22."], ["servic"], "User") == "service"
     assert syn.thread_phrase(["Swims Tue + Thu mornings.", "Swims at the lake in summer.", "User swims 2 km."],
                              ["swim"], "User") == "swimming"
+    assert syn.thread_phrase(["Deployments use a Helm chart.", "Deployments run on Fridays.",
+                              "Two deployments failed in May."], ["deploy"], "User") == "deployments"
+    assert syn.thread_phrase(["Meetings run long on Mondays.", "Meetings moved to Zoom.", "Skips meetings."],
+                             ["meeting"], "User") == "meetings"
 
 
 def test_a_name_that_ends_in_s_is_still_the_persons_name() -> None:

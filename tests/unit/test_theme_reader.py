@@ -171,6 +171,32 @@ def test_the_reader_groups_from_the_persons_own_current_facts(edge_store: Any, e
                                                                        timeout_s=1).ask_json))
     assert down.theme_fallback and pattern.memory_id not in down.retired
     assert all(e["memory_id"] != pattern.memory_id for e in down.events)
+    # The reader back, the evidence the same: the offline run kept no digest, so the reader reads it again.
+    asked = len(ThemeChat.prompts)
+    again = run("2025-06-20T00:00:00Z")
+    assert again.themes_by == "llm" and len(ThemeChat.prompts) == asked + 1
+
+
+def test_a_reading_is_done_again_when_its_patterns_are_gone_or_the_reader_changed(
+        edge_store: Any, embedder: Any, chat: str, tmp_path: Path) -> None:
+    """The digest of a reading stands only while its patterns are stored and the same reader (model, prompt)
+    would read: a crash before the patterns were written, or another model, reads again."""
+    ingest(Processor(edge_store, embedder), events("u1", texts=TEXTS))
+    state = runner.SynthesisState.load(tmp_path / "state.json")
+    runner.enable(state, None, T0)
+    reader = LLMThemeReader(ChatEndpoint(chat, "test-model").ask_json, identity="test-model")
+    crashed = runner.run_for_user(edge_store, embedder, "u1", NOW, state, force=True, read_themes=reader)
+    assert crashed.themes_by == "llm" and crashed.events and not patterns(edge_store)  # never fed to the store
+    fresh = LLMThemeReader(ChatEndpoint(chat, "test-model").ask_json, identity="test-model")
+    redone = synth_run(edge_store, embedder, runner.SynthesisState.load(tmp_path / "state.json"), force=True,
+                       read_themes=fresh)
+    assert redone.ran and len(ThemeChat.prompts) == 2 and [p.text for p in patterns(edge_store)] == [THREAD]
+    kept = synth_run(edge_store, embedder, runner.SynthesisState.load(tmp_path / "state.json"), force=True,
+                     read_themes=LLMThemeReader(ChatEndpoint(chat, "test-model").ask_json, identity="test-model"))
+    assert kept.reason == "unchanged" and len(ThemeChat.prompts) == 2
+    other = synth_run(edge_store, embedder, runner.SynthesisState.load(tmp_path / "state.json"), force=True,
+                      read_themes=LLMThemeReader(ChatEndpoint(chat, "bigger-model").ask_json, identity="bigger"))
+    assert other.ran and len(ThemeChat.prompts) == 3 and [p.text for p in patterns(edge_store)] == [THREAD]
 
 
 def test_a_theme_of_restatements_is_no_pattern(embedder: Any) -> None:
