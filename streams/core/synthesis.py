@@ -290,14 +290,18 @@ def run_memories(
     # answer is the person's themes as of now: what it no longer names is retired (expired, kept, and back
     # with its id when a later reading names it again). Kept as well, its patterns piled up run after run.
     # An empty reading retires nothing: a reader that suddenly sees no theme at all is more likely wrong
-    # than every theme at once.
+    # than every theme at once. Nor does a reading retire what it could not see: a pattern with fewer than a
+    # theme's worth of sources among the lines shown (a long record shows only the most recent ones) stays
+    # under the additive rule, so a heavy user's older patterns do not vanish as the window moves on.
     reread = record.themes_by == "llm" and bool(found_themes)
+    shown = {m.memory_id for m in syn.shown_to_reader(evidence)} if reread else set()
     record.retired = sorted(
         p.memory_id for p in patterns
         if p.memory_id not in found and p.status == "active" and p.user_id == user_id
         and p.metadata.get("source") == SOURCE
         and not (record.theme_fallback and p.memory_id in read_before)
-        and (reread or len(standing & set(p.sources)) < syn.MIN_THEME_SIZE))
+        and ((reread and len(shown & set(p.sources)) >= syn.MIN_THEME_SIZE)
+             or len(standing & set(p.sources)) < syn.MIN_THEME_SIZE))
     record.patterns_retired = len(record.retired)
     record.ran = True
     record.memories_considered = len(evidence)

@@ -60,12 +60,12 @@ class ThemeChat(ChatHandler):
         fit = [n for n, t in lines.items() if any(w in t.lower() for w in FITNESS_WORDS)]
         allergy = [n for n, t in lines.items() if "penicillin" in t]
         home = [n for n, t in lines.items() if any(w in t for w in ("Lisbon.", "Valencia", "Volvo"))]
-        themes = {"none": [], "home": [{"theme": HOME, "members": home}], "fitness": [
+        themes = {"none": lambda: [], "home": lambda: [{"theme": HOME, "members": home}], "fitness": lambda: [
             {"theme": THREAD, "members": fit},
             {"theme": "User is allergic to penicillin.", "members": allergy},  # one fact, said twice
             {"theme": "User reads.", "members": [fit[0], fit[1], len(lines) + 5]},  # a line never shown
             {"theme": "User travels.", "members": [fit[0], fit[1]]},  # two members
-        ]}[ThemeChat.mode]
+        ]}[ThemeChat.mode]()
         return json.dumps({"themes": themes})
 
 
@@ -175,6 +175,34 @@ def test_the_reader_groups_from_the_persons_own_current_facts(edge_store: Any, e
     asked = len(ThemeChat.prompts)
     again = run("2025-06-20T00:00:00Z")
     assert again.themes_by == "llm" and len(ThemeChat.prompts) == asked + 1
+
+
+def test_a_reading_retires_no_pattern_it_was_not_shown(edge_store: Any, embedder: Any, chat: str,
+                                                       tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long record shows the reader only its most recent lines: a pattern whose evidence all lies before
+    them cannot be named, so that reading does not retire it; one whose evidence it saw and did not name, does."""
+    ingest(Processor(edge_store, embedder), events("u1", texts=TEXTS))
+    state = runner.SynthesisState.load(tmp_path / "state.json")
+    runner.enable(state, None, T0)
+    reader = LLMThemeReader(ChatEndpoint(chat, "test-model").ask_json)
+    synth_run(edge_store, embedder, state, force=True, read_themes=reader)
+    [fitness] = patterns(edge_store)
+    base = events("u1", texts=TEXTS)[0]
+    later = ["Spent Christmas in Valencia with her parents.", "Sold the grey Volvo estate.",
+             "Moved to a bigger flat in Lisbon.", "Flew back to Valencia for a cousin's wedding."]
+    ingest(Processor(edge_store, embedder), [{**base, "event_id": f"e-late{i}", "memory_id": f"m-late{i}",
+                                              "text": t, "created_at": f"2025-07-0{i + 1}T00:00:00Z"}
+                                             for i, t in enumerate(later)])
+    ThemeChat.mode = "home"
+    monkeypatch.setattr(syn, "MAX_LINES", len(later))  # the reader sees the four latest lines only
+    moved = synth_run(edge_store, embedder, state, now="2025-07-10T00:00:00Z", force=True, read_themes=reader)
+    assert moved.themes_by == "llm" and not moved.retired
+    assert sorted(p.text for p in patterns(edge_store)) == sorted([HOME, THREAD])
+    assert "Garmin" not in ThemeChat.prompts[-1] and "Volvo" in ThemeChat.prompts[-1]
+    monkeypatch.setattr(syn, "MAX_LINES", 400)  # the whole record: the fitness lines seen and not named
+    ThemeChat.mode = "home"
+    whole = synth_run(edge_store, embedder, state, now="2025-07-20T00:00:00Z", force=True, read_themes=reader)
+    assert whole.retired == [fitness.memory_id] and [p.text for p in patterns(edge_store)] == [HOME]
 
 
 def test_a_reading_is_done_again_when_its_patterns_are_gone_or_the_reader_changed(
