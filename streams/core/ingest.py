@@ -287,14 +287,17 @@ class Processor:
             if memory.event_id:
                 by_event[memory.event_id] = memory
         seen_events: dict[str, MemoryAdded] = {}
-        seen_memories: dict[str, str] = {}  # memory_id -> text, within this batch
+        seen_memories: dict[str, MemoryAdded] = {}  # memory_id -> its first event within this batch
         fresh: list[tuple[Incoming, MemoryAdded]] = []
         for item, event in parsed:
             earlier = by_event.get(event.event_id)
             prior = seen_events.get(event.event_id)
             if earlier is not None or prior is not None:
-                same = (earlier.memory_id == event.memory_id and earlier.text == event.text) if earlier \
-                    else (prior is not None and prior.memory_id == event.memory_id and prior.text == event.text)
+                first = earlier or prior
+                assert first is not None
+                # The same event again is the same user's memory with the same text: another user's event
+                # that reuses an event_id is no redelivery, whatever it says.
+                same = (first.memory_id, first.user_id, first.text) == (event.memory_id, event.user_id, event.text)
                 if same and event.kind != "pattern":
                     self._redelivered(earlier or existing.get(event.memory_id), result)
                     continue
@@ -303,15 +306,23 @@ class Processor:
                                f"event_id {event.event_id} was already used for other content")
                     continue
             stored = existing.get(event.memory_id)
+            batch_first = seen_memories.get(event.memory_id)
             if event.kind == "pattern":
                 problem = self._pattern_problem(event, stored)
+                if problem is None and batch_first is not None and (
+                        batch_first.kind != "pattern" or batch_first.user_id != event.user_id):
+                    # An earlier event of this batch holds the id: a pattern must not replace it before it is
+                    # even stored (another user's fact, or a fact at all).
+                    problem = ("memory_id_conflict",
+                               f"memory_id {event.memory_id} is another memory; a pattern cannot replace it")
                 if problem:
                     self._dead(result, item, *problem)
                     continue
                 fresh.append((item, event))  # a pattern may be rewritten with more evidence
-            elif stored is not None or event.memory_id in seen_memories:
-                known = stored.text if stored is not None else seen_memories[event.memory_id]
-                if stored is not None and stored.user_id != event.user_id:
+            elif stored is not None or batch_first is not None:
+                owner = stored.user_id if stored is not None else batch_first.user_id  # type: ignore[union-attr]
+                known = stored.text if stored is not None else batch_first.text  # type: ignore[union-attr]
+                if owner != event.user_id:
                     self._dead(result, item, "memory_id_conflict",
                                f"memory_id {event.memory_id} belongs to another user")
                 elif known != event.text:
@@ -322,8 +333,8 @@ class Processor:
                 continue
             else:
                 fresh.append((item, event))
-            seen_events[event.event_id] = event
-            seen_memories[event.memory_id] = event.text
+            seen_events.setdefault(event.event_id, event)
+            seen_memories.setdefault(event.memory_id, event)
         return fresh
 
     def _pattern_problem(self, event: MemoryAdded, stored: Memory | None) -> tuple[str, str] | None:
@@ -508,12 +519,19 @@ class Processor:
         then the pendings are cleared. A crash between them is rolled forward on redelivery."""
         if not batch.new:
             return
-        self.store.upsert(batch.new)
-        faults.point("stored")
         targets: dict[str, dict[str, Any]] = {}
+        holder: dict[str, Memory] = {}
         for memory in batch.new:  # in event order: a later event's fields for one target win
             for tid, fields in memory.pending.items():
                 targets.setdefault(tid, {}).update(fields)
+                holder[tid] = memory
+        # Each target's combined fields on one memory only (the last that touches it): a crash after the
+        # upsert is rolled forward memory by memory, in no particular order (`changes.recover`, a
+        # redelivery), and an earlier memory's shorter list must not overwrite a later one's.
+        for memory in batch.new:
+            memory.pending = {tid: targets[tid] for tid in memory.pending if holder[tid] is memory}
+        self.store.upsert(batch.new)
+        faults.point("stored")
         for tid, fields in targets.items():
             self.store.update(tid, fields)
             faults.point("target")

@@ -137,7 +137,8 @@ def replaced_by(store: MemoryStore, rows: list[dict[str, Any]]) -> None:
         frontier = {x for m in known.values() if (x := m.superseded_by or m.merged_into)} - set(known)
     for row in rows:
         target, final, seen = heads[row["memory_id"]], None, set[str]()
-        while target and target in known and target not in seen:
+        # Only the row's own user's memories: an id freed by a hard delete may since name another user's.
+        while target and target in known and target not in seen and known[target].user_id == row["user_id"]:
             seen.add(target)
             final = known[target]
             target = final.superseded_by or final.merged_into
@@ -169,8 +170,9 @@ def open_reviews(store: MemoryStore, memories: Sequence[Memory]) -> dict[str, di
     for did, (newer, item) in items.items():
         undone = any(r.get("decision_id") == did and r.get("undone") for r in newer.decisions)
         others = [known.get(t) for t in item.get("with", [])]
-        if undone or newer.status != "active" or not others or any(o is None or o.status != "active" for o in others):
-            continue
+        if undone or newer.status != "active" or not others or any(
+                o is None or o.status != "active" or o.user_id != newer.user_id for o in others):
+            continue  # settled, or an id freed by a hard delete that now names another user's memory
         for older in others:
             assert older is not None
             out.setdefault(newer.memory_id, {"decision_id": did, "proposal": item["review"], "side": "newer",

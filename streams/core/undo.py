@@ -45,32 +45,40 @@ def plan_undo(store: MemoryStore, decision_id: str, by: str | None = None) -> ch
     evidence: dict[str, Any] = {"undo_of": decision_id, "original": record.get("evidence", {})}
     action, new_id = record["action"], record["new_id"]
     if action == "consolidate":  # a whole consolidation pass (streams/core/consolidation.py)
-        _undo_pass(store, record, decision_id, change, stamp)
+        _undo_pass(store, record, decision_id, change, stamp, owner.user_id)
     elif action == "delete":  # a soft delete (streams/core/memories.py): its before-state comes back
         for mid, fields in record.get("before", {}).items():
             m = store.retrieve([mid]).get(mid)
-            if m is not None and m.status == "deleted":
+            if m is not None and m.status == "deleted" and m.user_id == owner.user_id:
                 change.events.append(status_event(decision_id, mid, m.user_id, "deleted", fields["status"], None,
                                                   "undo", evidence, undo=True))
                 change.set(mid, {**fields, "updated_at": stamp})
     else:
-        members = store.retrieve([new_id, *record["targets"]])
+        # Only the decision's own user's memories: an id freed by a hard delete may since name another user's.
+        members = {k: m for k, m in store.retrieve([new_id, *record["targets"]]).items() if m.user_id == owner.user_id}
         new = members.get(new_id)
         if new is not None and action == "merge_new" and record["targets"]:
             canonical = members.get(record["targets"][0])
             before = record["before"][new_id]["status"]
-            change.set(new_id, {"status": before, "merged_into": None, "updated_at": stamp})
-            change.events.append(status_event(decision_id, new_id, new.user_id, "merged", before, None, "undo",
-                                              evidence, undo=True))
+            if new.status == "merged":  # still as the decision left it (a person's delete since outranks it)
+                change.set(new_id, {"status": before, "merged_into": None, "updated_at": stamp})
+                change.events.append(status_event(decision_id, new_id, new.user_id, "merged", before, None, "undo",
+                                                  evidence, undo=True))
             if canonical is not None:
                 change.set(canonical.memory_id, {
                     "merged_from": [x for x in canonical.merged_from if x != new_id], "updated_at": stamp})
         elif new is not None and action in ("merge_old", "supersede"):
             link = "merged_into" if action == "merge_old" else "superseded_by"
             back = "merged_from" if action == "merge_old" else "supersedes"
+            left = "merged" if action == "merge_old" else "superseded"
             for tid in record["targets"]:
                 t = members.get(tid)
                 if t is None:
+                    continue
+                if t.status != left:
+                    # Changed since (deleted by a person, replaced again): the link goes, the status stays.
+                    change.set(tid, {link: None, "updated_at": stamp} if getattr(t, link) == new_id
+                               else {"updated_at": stamp})
                     continue
                 before = record["before"][tid]["status"]
                 change.set(tid, {"status": before, link: None, "updated_at": stamp})
@@ -94,14 +102,16 @@ def undo_decision(store: MemoryStore, decision_id: str, by: str | None = None) -
 
 
 def _undo_pass(store: MemoryStore, record: dict[str, Any], decision_id: str, change: changes.Change,
-               stamp: str) -> None:
+               stamp: str, user: str) -> None:
     """A consolidation pass: every touched memory gets its before-state, what it created expires
-    (kept, hidden). Hard-deleted memories cannot come back; the record says which they were."""
+    (kept, hidden). Hard-deleted memories cannot come back; the record says which they were. Only the
+    pass's user's memories, and none a person deleted since (their delete outranks the undo)."""
     evidence = {"undo_of": decision_id, "deleted_not_restored": record.get("deleted", [])}
-    members = store.retrieve([*record.get("targets", []), *record.get("created", [])])
+    members = {k: m for k, m in store.retrieve([*record.get("targets", []), *record.get("created", [])]).items()
+               if m.user_id == user}
     for mid, fields in record.get("before", {}).items():
         m = members.get(mid)
-        if m is None:
+        if m is None or (m.status == "deleted" and fields.get("status") != "deleted"):
             continue
         if m.status != fields["status"]:
             change.events.append(status_event(decision_id, mid, m.user_id, m.status, fields["status"], None, "undo",

@@ -164,3 +164,30 @@ def test_events_stored_and_not_marked_sent_are_found_at_start(edge_store: Any, e
     assert sorted(map(str, unsent.status_events)) == sorted(map(str, first.status_events))
     restarted.mark_sent(unsent.outbox_owners)
     assert restarted.unsent().status_events == []
+
+
+def test_a_crash_after_the_upsert_loses_no_link_whatever_order_recovery_takes(edge_store: Any,
+                                                                               embedder: Any) -> None:
+    """Two restatements of one fact in one batch both merge into it; killed after the batch's upsert, the
+    start's `changes.recover` rolls memories forward in the store's order, not the batch's. The fact still
+    lists both, whichever of the two the store returns first."""
+    from dreamstream.streams.core import changes
+    from dreamstream.streams.store import point_id
+
+    def ev(mid: str, day: int) -> dict[str, Any]:
+        return {"type": "memory.added", "event_id": f"e-{mid}", "memory_id": mid, "user_id": "bruno",
+                "text": "Bruno prefers tabs over spaces.", "created_at": f"2026-01-0{day}T00:00:00Z"}
+
+    names = [f"n{i}" for i in range(40)]
+    late_scroll, early_scroll = max(names, key=point_id), min(names, key=point_id)  # the batch's order reversed
+    proc = Processor(edge_store, embedder, keep_outbox=True)
+    proc.mark_sent(proc.process([Incoming(raw=ev("c", 1), topic="memory.added")]).outbox_owners)
+    faults.arm("stored", 1, crash)
+    with pytest.raises(Crash):
+        proc.process([Incoming(raw=ev(late_scroll, 2), topic="memory.added"),
+                      Incoming(raw=ev(early_scroll, 3), topic="memory.added")])
+    faults.disarm()
+    changes.recover(edge_store)
+    got = edge_store.retrieve(["c", late_scroll, early_scroll])
+    assert sorted(got["c"].merged_from) == sorted([late_scroll, early_scroll])
+    assert len(got["c"].decision_ids) == 2 and all(got[m].merged_into == "c" for m in (late_scroll, early_scroll))

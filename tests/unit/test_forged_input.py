@@ -63,6 +63,23 @@ def test_forged_patterns_never_overwrite_or_point_elsewhere(edge_store, embedder
     assert edge_store.retrieve(["p-1"])["p-1"].kind == "pattern"
 
 
+def test_within_one_batch_another_users_id_is_refused_not_taken_for_a_redelivery(edge_store, embedder) -> None:
+    """The same checks hold between the events of one batch (nothing of it is stored yet) and for a reused
+    event_id: another user's memory id is a conflict, and a pattern cannot replace a fact sent just before."""
+    proc = Processor(edge_store, embedder)
+    bob = {"event_id": "e-b", "user_id": "u-2"}
+    assert _process(proc, _event(), _event(**bob)) == ["memory_id_conflict"]  # same id and text, other user
+    assert _process(proc, _event(**bob)) == ["memory_id_conflict"]
+    assert _process(proc, _event(user_id="u-2")) == ["duplicate_event_id"]  # a reused event_id, other user
+    fact = _event(event_id="e-7", memory_id="m-7", text="Ana's flight lands at 9pm.")
+    forged = _pattern(event_id="e-p7", memory_id="m-7", user_id="u-2", sources=["m-2"])
+    assert _process(proc, _event(event_id="e-2", memory_id="m-2", user_id="u-2", text="Bo likes tea.")) == []
+    assert _process(proc, fact, forged) == ["memory_id_conflict"]
+    stored = edge_store.retrieve(["m-1", "m-7"])
+    assert (stored["m-1"].user_id, stored["m-7"].user_id, stored["m-7"].kind) == ("u-1", "u-1", "fact")
+    assert edge_store.count({"user_id": "u-2"}) == 1
+
+
 @pytest.mark.parametrize(("field", "value"), [
     ("user_id", "u-7 "), ("user_id", "u\x007"), ("user_id", "../../etc/passwd"), ("memory_id", "m\n1"),
     ("text", "a\x00b"), ("created_at", "0001-01-01T00:00:00Z"), ("created_at", "9999-12-31T00:00:00Z"),

@@ -7,7 +7,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from dreamstream.streams.core import reads
+from dreamstream.streams.core import memories, reads
 from dreamstream.streams.core.ingest import Incoming, Processor
 from dreamstream.streams.core.replay import export_rows, replay_file
 from tests.helpers import comparable, event, line
@@ -205,3 +205,44 @@ def test_an_update_supersedes_what_it_replaces_without_the_judge(edge_store, emb
     assert record["evidence"]["rule"] == "update" and record["evidence"]["judge"] == "user"
     proc.undo(record["decision_id"])
     assert edge_store.retrieve(["h1"])["h1"].status == "active"
+
+
+def _raw(mid: str, user: str, text: str, day: int, **extra: object) -> dict:
+    return {"type": "memory.added", "event_id": f"e-{mid}-{user}", "memory_id": mid, "user_id": user,
+            "text": text, "created_at": f"2026-01-{day:02d}T00:00:00Z", **extra}
+
+
+def test_an_id_freed_by_a_hard_delete_never_reaches_another_users_memory(proc: Processor) -> None:
+    """A hard delete frees an id that a decision record or a review item of the user still names; once
+    another user's memory takes that id, undoing the decision or reading the review must not touch it."""
+    feed(proc, _raw("m-1", "alice", "Alice lives in Lisbon.", 1))
+    decision = feed(proc, _raw("m-2", "alice", "Alice lives in Porto.", 2, replaces="m-1")).status_events[0]
+    memories.hard_delete_memory(proc.store, "m-1", "alice")
+    feed(proc, _raw("m-1", "bob", "Bob's PIN hint: his dog's name.", 3))
+    feed(proc, _raw("m-9", "bob", "Bob's PIN hint: his cat's name.", 4, replaces="m-1"))
+    assert proc.undo(decision["decision_id"]) == []
+    assert [r["text"] for r in reads.get(proc.store, "bob", "latest_only")] == ["Bob's PIN hint: his cat's name."]
+    assert proc.store.retrieve(["m-1"])["m-1"].superseded_by == "m-9"
+
+    feed(proc, _raw("o-1", "alice", "Ana's favourite colour is blue.", 5))
+    review = feed(proc, _raw("n-1", "alice", "Ana's favourite colour is green.", 6))
+    assert dict(review.decisions) == {"review": 1}  # the judge leaves this pair to a person
+    memories.hard_delete_memory(proc.store, "o-1", "alice")
+    feed(proc, _raw("o-1", "bob", "Bob's bank password is hunter2.", 7))
+    shown = orjson.dumps(reads.get(proc.store, "alice", "include_merged")).decode()
+    one = orjson.dumps(memories.get_memory(proc.store, "n-1", "alice")).decode()
+    assert "hunter2" not in shown and "hunter2" not in one
+
+
+def test_undo_leaves_a_memory_the_user_deleted_since(proc: Processor) -> None:
+    """A person's delete after a decision outranks undoing that decision: the deleted memory stays deleted
+    (its link to the decision's memory goes), and its own delete can still be undone."""
+    feed(proc, _raw("m-1", "ana", "Ana's dentist is Dr. Silva.", 1))
+    decision = feed(proc, _raw("m-2", "ana", "Ana's dentist is Dr. Costa.", 2, replaces="m-1")).status_events[0]
+    deleted = memories.delete_memory(proc.store, "m-1", "ana")
+    assert deleted
+    assert proc.undo(decision["decision_id"]) == []
+    assert [r["text"] for r in reads.get(proc.store, "ana", "latest_only")] == ["Ana's dentist is Dr. Costa."]
+    old = proc.store.retrieve(["m-1"])["m-1"]
+    assert old.status == "deleted" and old.superseded_by is None
+    assert [e["to_status"] for e in proc.undo(deleted[0]["decision_id"])] == ["superseded"]
