@@ -669,11 +669,22 @@ class Processor:
              if m.status in ("active", "superseded", "merged")),
             key=lambda m: (m.created_at, m.memory_id),
         )
+        present = {m.memory_id for m in facts}
+
+        def replaces(m: Memory) -> dict[str, str]:
+            """A person's own update (`replaces`, judge "user") is what they said, not the judge's to re-decide."""
+            for rec in m.decisions:
+                if (rec.get("new_id") == m.memory_id and rec.get("action") == "supersede" and not rec.get("undone")
+                        and (rec.get("evidence") or {}).get("judge") == "user" and rec.get("targets")
+                        and rec["targets"][0] in present):
+                    return {"replaces": rec["targets"][0]}
+            return {}
+
         return [{
             "type": "memory.added", "event_id": m.event_id or f"reprocess-{m.memory_id}", "memory_id": m.memory_id,
             "user_id": m.user_id, "app_id": m.app_id, "agent_id": m.agent_id, "run_id": m.run_id,
             "project_id": m.project_id, "text": m.text, "created_at": m.created_at, "metadata": dict(m.metadata),
-            "embedding": None if m.vector is None else [float(x) for x in m.vector],
+            "embedding": None if m.vector is None else [float(x) for x in m.vector], **replaces(m),
         } for m in facts]
 
 

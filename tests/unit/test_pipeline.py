@@ -158,6 +158,17 @@ def test_reprocess_rederives_decisions_and_keeps_every_memory(edge_store, embedd
     assert not list((tmp_path / "backup").iterdir())  # the safety copy is gone once done
 
 
+def test_reprocess_keeps_a_persons_own_update(edge_store, embedder, tmp_path) -> None:
+    """A user's update (PATCH: `replaces`) is what they said: reprocessing re-judges the rest, not that."""
+    proc = Processor(edge_store, embedder, decide=lambda new, cands: [])  # the judge would link nothing
+    proc.process([Incoming(raw=line(_raw("m-1", "ana", "Ana's dentist is Dr. Silva.", 1)))])
+    proc.process([Incoming(raw=line(memories.update_event(edge_store, "m-1", "ana",
+                                                          {"text": "Ana's dentist is Dr. Costa."})))])
+    proc.reprocess_user("ana", str(tmp_path / "backup"))
+    assert [r["text"] for r in reads.get(edge_store, "ana", "latest_only")] == ["Ana's dentist is Dr. Costa."]
+    assert edge_store.retrieve(["m-1"])["m-1"].status == "superseded"
+
+
 @pytest.mark.parametrize(("params", "error"), [
     ({}, "a read must name a user"),
     ({"user": "  "}, "a read must name a user"),
