@@ -927,6 +927,8 @@ def read_themes(user_memories: Sequence[Memory], embed: Embed, reader: ReadTheme
         keys.add(key)
         shared = shared_content([terms[i] for i in g], weights)
         themes.append(_theme(user_id, person, key, members, ", ".join(t for t, _ in shared[:4]), read.text))
+    if answer and not themes:
+        return None  # it named themes and none holds (restatements only): no usable answer, group offline
     return themes
 
 

@@ -348,6 +348,9 @@ class Processor:
         foreign = [s for s in event.sources if s not in found or found[s].user_id != event.user_id]
         if foreign:
             return "bad_field", f"pattern sources not stored for user {event.user_id}: {', '.join(foreign[:3])}"
+        gone = [s for s in event.sources if found[s].status == "deleted"]
+        if gone:  # deleted by a person while the pattern was being written: it must not quote them
+            return "bad_field", f"pattern sources deleted: {', '.join(gone[:3])}"
         return None
 
     def _redelivered(self, stored: Memory | None, result: BatchResult) -> None:

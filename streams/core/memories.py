@@ -115,9 +115,10 @@ LINKS = ("superseded_by", "merged_into", "supersedes", "merged_from", "sources")
 
 def hard_delete_memory(store: MemoryStore, memory_id: str, user: str) -> list[dict[str, Any]] | None:
     """Removes one memory for good (`DELETE ...?hard=true`), with every link to it: a memory it had
-    superseded or merged is current again (nothing replaces it now), patterns drop it from their
-    sources. Not undoable. Crash-safe (core/changes.py, a linked memory holds the intent). Returns the
-    status events (unsent until the caller publishes them); None for an unknown id or another user's."""
+    superseded or merged is current again (nothing replaces it now), and a pattern drawn from it goes too
+    (its text may quote it; synthesis writes the theme again from what is left). Not undoable. Crash-safe
+    (core/changes.py, a linked memory holds the intent). Returns the status events (unsent until the caller
+    publishes them); None for an unknown id or another user's."""
     got = store.retrieve([memory_id]).get(memory_id)
     if got is None or got.user_id != user:
         return None
@@ -126,11 +127,17 @@ def hard_delete_memory(store: MemoryStore, memory_id: str, user: str) -> list[di
     for f in LINKS:
         linked |= {m.memory_id for m in store.scroll({f: memory_id, "user_id": user})}
     others = {mid: m for mid, m in store.retrieve(sorted(linked - {memory_id})).items() if m.user_id == user}
+    # A pattern drawn from it may quote it: removed with it (the next synthesis run writes the theme again
+    # from what is left). Nothing else links to a pattern.
+    derived = sorted(mid for mid, m in others.items() if m.kind == "pattern" and memory_id in m.sources)
     stamp = now_iso()
     did = "hdel-" + uuid.uuid4().hex[:16]
     evidence = {"by": "api", "hard": True, "removed": memory_id}
     events = [status_event(did, memory_id, user, got.status, "deleted", None, "delete", evidence)]
-    change = changes.Change(change_id=did, holder=min(others) if others else "", deletes=[memory_id])
+    events += [status_event(did, mid, user, others[mid].status, "deleted", None, "delete", evidence) for mid in derived]
+    for mid in derived:
+        del others[mid]
+    change = changes.Change(change_id=did, holder=min(others) if others else "", deletes=[memory_id, *derived])
     for mid, m in sorted(others.items()):
         fields: dict[str, Any] = {"updated_at": stamp}
         for f in ("superseded_by", "merged_into"):
@@ -146,8 +153,8 @@ def hard_delete_memory(store: MemoryStore, memory_id: str, user: str) -> list[di
     change.events = events
     if change.holder:
         changes.apply(store, change)
-    else:  # nothing linked: one write, the events from the caller
-        store.delete([memory_id])
+    else:  # nothing else linked: one write, the events from the caller
+        store.delete([memory_id, *derived])
     store.flush()
     return events
 

@@ -168,9 +168,11 @@ class RunRecord:
 
 def pattern_event(theme: syn.Theme, now: str, project_id: str | None = None,
                   text_by: str = "offline") -> dict[str, Any]:
-    """The `pattern.added` event for one theme; same theme and evidence -> same event_id."""
+    """The `pattern.added` event for one theme; the same theme, evidence and text -> the same event_id (a
+    redelivery), a new wording of the same evidence -> a new one (ingest refuses an event_id reused for other
+    text, and a reader that words a theme anew, or a retired one that comes back, must be stored)."""
     sources = sorted(theme.memory_ids)
-    digest = hashlib.sha1(f"{theme.pattern_id}|{'|'.join(sources)}".encode()).hexdigest()[:16]
+    digest = hashlib.sha1(f"{theme.pattern_id}|{'|'.join(sources)}|{theme.text}".encode()).hexdigest()[:16]
     event: dict[str, Any] = {
         "type": PATTERN_ADDED,
         "event_id": f"syn-{theme.pattern_id}-{digest}",
@@ -242,7 +244,13 @@ def run_memories(
         digest = syn.reading_digest(evidence, str(getattr(read_themes, "reading_id", "")))
     last = state.users.get(user_id) or {}
     stored = {p.memory_id for p in patterns if p.user_id == user_id}
-    if digest is not None and last.get("read_digest") == digest and set(last.get("read_patterns") or ()) <= stored:
+    eligible_ids = {m.memory_id for m in evidence}
+    # A pattern whose evidence has gone below a theme's worth (deleted, superseded, older than the lines a
+    # reader is shown) must still be retired: that is no reading's to skip.
+    stale = any(p.status == "active" and p.user_id == user_id and p.metadata.get("source") == SOURCE
+                and len(eligible_ids & set(p.sources)) < syn.MIN_THEME_SIZE for p in patterns)
+    if digest is not None and last.get("read_digest") == digest and not stale \
+            and set(last.get("read_patterns") or ()) <= stored:
         # The same reader read exactly this last time (in this process or another) and its patterns are all
         # still stored (in whatever state a person or a later run left them): its answer stands. A restated
         # fact merged away, a forced re-run or a restarted worker asks nothing, so patterns stay as they are.
@@ -337,16 +345,17 @@ def apply(store: MemoryStore, records: Sequence[RunRecord]) -> None:
 
 
 def drop_unsourced(store: MemoryStore, record: RunRecord) -> int:
-    """Drops the run's pattern events whose sources are no longer all stored for the user: deleted, or the user
-    erased, while the run decided (a worker decides off its store thread, an LLM reader may take minutes).
-    Sent anyway, such an event would carry text drawn from erased memories onto `memory.patterns`, and
-    ingest would dead-letter it with that text. Returns how many were dropped."""
+    """Drops the run's pattern events whose sources are no longer all stored for the user: deleted (soft or
+    hard), or the user erased, while the run decided (a worker decides off its store thread, an LLM reader
+    may take minutes). Sent anyway, such an event would carry text drawn from deleted memories onto
+    `memory.patterns`, and ingest would dead-letter it with that text. Returns how many were dropped."""
     wanted = list(dict.fromkeys(s for e in record.events for s in e["sources"]))
     if not wanted:
         return 0
     found = store.retrieve(wanted)
     keep = [e for e in record.events
-            if all(s in found and found[s].user_id == record.user_id for s in e["sources"])]
+            if all(s in found and found[s].user_id == record.user_id and found[s].status != "deleted"
+                   for s in e["sources"])]
     dropped = len(record.events) - len(keep)
     gone = {e["memory_id"] for e in record.events} - {e["memory_id"] for e in keep}
     record.events = keep

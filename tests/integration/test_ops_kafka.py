@@ -168,7 +168,7 @@ def reading(kafka: str, name: str, tmp_path: Path, user: str) -> Iterator[Worker
     holding its answer until `SlowThemeChat.release` is set (set on the way out in any case)."""
     SlowThemeChat.release.clear()
     SlowThemeChat.asked.clear()
-    ThemeChat.prompts, ThemeChat.systems = [], []
+    ThemeChat.prompts, ThemeChat.systems, ThemeChat.mode, ThemeChat.wording = [], [], "fitness", THREAD
     with chat_server(SlowThemeChat) as url:
         env = {"DREAM_SYNTHESIS_CHECK_SECONDS": "1", "DREAM_SYNTHESIS_THEMES": "llm", "DREAM_LLM_MODEL": "test-model",
                "DREAM_LLM_URL": url, "DREAM_SYNTHESIS_CADENCE": "0"}

@@ -44,8 +44,8 @@ def test_threshold_and_metadata_filters_narrow_a_read(edge_store: Any, embedder:
 
 
 def test_a_hard_delete_removes_the_memory_and_every_link_to_it(edge_store: Any, embedder: Any) -> None:
-    """What it had replaced is current again, a pattern drops it from its sources, another user's
-    memory is never touched, and one status event per memory changed says so."""
+    """What it had replaced is current again, a pattern drawn from it goes with it (its text may quote it),
+    another user's memory is never touched, and one status event per memory changed says so."""
     import numpy as np
 
     from dreamstream.schemas.memory import Memory
@@ -67,11 +67,10 @@ def test_a_hard_delete_removes_the_memory_and_every_link_to_it(edge_store: Any, 
     events = memories.hard_delete_memory(edge_store, "new", "u1")
     assert events is not None
     assert [(e["memory_id"], e["from_status"], e["to_status"]) for e in events] == [
-        ("new", "active", "deleted"), ("old", "superseded", "active")]
+        ("new", "active", "deleted"), ("pat", "active", "deleted"), ("old", "superseded", "active")]
     got = edge_store.retrieve(["old", "new", "pat", "foreign"])
-    assert "new" not in got
+    assert "new" not in got and "pat" not in got
     assert (got["old"].status, got["old"].superseded_by) == ("active", None)
-    assert got["pat"].sources == ["old"]
     assert (got["foreign"].status, got["foreign"].superseded_by) == ("superseded", "new")
     gone = edge_store.retrieve(["gone"])["gone"]
     assert (gone.status, gone.superseded_by) == ("deleted", None)  # unlinked, not brought back

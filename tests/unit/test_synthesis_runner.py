@@ -182,3 +182,34 @@ def test_dream_replay_synthesis_flag(tmp_path: Path) -> None:
                                        for p in patterns(store))
     finally:
         store.close()
+
+
+def test_a_deleted_source_takes_its_words_out_of_patterns(edge_store: Any, embedder: Any, tmp_path: Path) -> None:
+    """A hard delete removes the patterns drawn from the memory (their text may quote it); a pattern written
+    while a source was being deleted is dropped before it is sent, and ingest refuses one that cites it."""
+    from dreamstream.streams.core import memories
+
+    ingest(Processor(edge_store, embedder), events("u1"))
+    state = runner.SynthesisState.load(tmp_path / "state.json")
+    runner.enable(state, None, T0)
+    run(edge_store, embedder, state)
+    [pattern] = patterns(edge_store)
+    source = pattern.sources[0]
+    said = edge_store.retrieve([source])[source].text
+    deleted = memories.hard_delete_memory(edge_store, source, "u1") or []
+    assert {e["memory_id"] for e in deleted} >= {source, pattern.memory_id}
+    assert not edge_store.retrieve([pattern.memory_id])
+    again = run(edge_store, embedder, state, now="2025-04-09T00:00:00Z", force=True)
+    assert again.events and all(source not in p.sources and said not in p.text for p in patterns(edge_store))
+
+    record = runner.run_for_user(edge_store, embedder, "u1", "2025-04-20T00:00:00Z", state, force=True)
+    [rewritten] = patterns(edge_store)
+    event = runner.pattern_event(runner.syn.Theme(  # the same evidence, a new wording: a new event
+        user_id="u1", memory_ids=tuple(rewritten.sources), label="running", text="User keeps at it.",
+        pattern_id=rewritten.memory_id), "2025-04-20T00:00:00Z")
+    record.events = [event]
+    memories.delete_memory(edge_store, rewritten.sources[0], "u1")  # a person's delete while it was decided
+    assert runner.drop_unsourced(edge_store, record) == 1 and not record.events
+    result = Processor(edge_store, embedder).process([Incoming(raw=orjson.dumps(event))])
+    assert [d["reason"] for d in result.dead_letters] == ["bad_field"]
+    assert edge_store.retrieve([rewritten.memory_id])[rewritten.memory_id].text == rewritten.text

@@ -18,7 +18,7 @@ from dreamstream.agents.llm_reply import LLMReplyError
 from dreamstream.agents.theme_reader import MAX_CHARS, LLMThemeReader, ReadTheme, check_themes
 from dreamstream.schemas.memory import Memory
 from dreamstream.streams import settings
-from dreamstream.streams.core import judges
+from dreamstream.streams.core import judges, memories
 from dreamstream.streams.core import synthesis as runner
 from dreamstream.streams.core.ingest import Processor
 from dreamstream.streams.core.llm_client import ChatEndpoint
@@ -48,6 +48,7 @@ class ThemeChat(ChatHandler):
 
     prompts: ClassVar[list[str]] = []
     systems: ClassVar[list[str]] = []
+    wording: ClassVar[str] = THREAD
     mode: ClassVar[str] = "fitness"
     """`fitness` (the theme and the ones the checks drop), `none` (no theme at all), `home` (another theme
     only: where the person lives and comes from)."""
@@ -61,7 +62,7 @@ class ThemeChat(ChatHandler):
         allergy = [n for n, t in lines.items() if "penicillin" in t]
         home = [n for n, t in lines.items() if any(w in t for w in ("Lisbon.", "Valencia", "Volvo"))]
         themes = {"none": lambda: [], "home": lambda: [{"theme": HOME, "members": home}], "fitness": lambda: [
-            {"theme": THREAD, "members": fit},
+            {"theme": ThemeChat.wording, "members": fit},
             {"theme": "User is allergic to penicillin.", "members": allergy},  # one fact, said twice
             {"theme": "User reads.", "members": [fit[0], fit[1], len(lines) + 5]},  # a line never shown
             {"theme": "User travels.", "members": [fit[0], fit[1]]},  # two members
@@ -71,7 +72,7 @@ class ThemeChat(ChatHandler):
 
 @pytest.fixture()
 def chat() -> Iterator[str]:
-    ThemeChat.prompts, ThemeChat.systems, ThemeChat.mode = [], [], "fitness"
+    ThemeChat.prompts, ThemeChat.systems, ThemeChat.mode, ThemeChat.wording = [], [], "fitness", THREAD
     with chat_server(ThemeChat) as url:
         yield url
 
@@ -199,10 +200,40 @@ def test_a_reading_retires_no_pattern_it_was_not_shown(edge_store: Any, embedder
     assert moved.themes_by == "llm" and not moved.retired
     assert sorted(p.text for p in patterns(edge_store)) == sorted([HOME, THREAD])
     assert "Garmin" not in ThemeChat.prompts[-1] and "Volvo" in ThemeChat.prompts[-1]
-    monkeypatch.setattr(syn, "MAX_LINES", 400)  # the whole record: the fitness lines seen and not named
+    # Its evidence deleted, out of the reader's sight: the lines shown are the same, but the pattern now stands
+    # on nothing and is retired all the same (no reading is skipped while a pattern has lost its evidence).
+    for source in fitness.sources[:-2]:
+        memories.delete_memory(edge_store, source, "u1")
+    gone = synth_run(edge_store, embedder, state, now="2025-07-20T00:00:00Z", force=True, read_themes=reader)
+    assert gone.ran and gone.retired == [fitness.memory_id] and [p.text for p in patterns(edge_store)] == [HOME]
+
+
+def test_a_theme_worded_anew_is_stored_and_a_retired_one_comes_back(edge_store: Any, embedder: Any, chat: str,
+                                                                      tmp_path: Path) -> None:
+    """The same members in new words rewrite the pattern (its event is a new one, not a reused event_id), and
+    a retired pattern named again, in other words, is active again with its id."""
+    ingest(Processor(edge_store, embedder), events("u1", texts=TEXTS))
+    state = runner.SynthesisState.load(tmp_path / "state.json")
+    runner.enable(state, None, T0)
+    reader = LLMThemeReader(ChatEndpoint(chat, "test-model").ask_json)
+    synth_run(edge_store, embedder, state, force=True, read_themes=reader)
+    [first] = patterns(edge_store)
+    base = events("u1", texts=TEXTS)[0]
+
+    def add(i: int, text: str) -> None:
+        ingest(Processor(edge_store, embedder), [{**base, "event_id": f"e-x{i}", "memory_id": f"m-x{i}",
+                                                  "text": text, "created_at": f"2025-07-0{i}T00:00:00Z"}])
+
     ThemeChat.mode = "home"
-    whole = synth_run(edge_store, embedder, state, now="2025-07-20T00:00:00Z", force=True, read_themes=reader)
-    assert whole.retired == [fitness.memory_id] and [p.text for p in patterns(edge_store)] == [HOME]
+    add(1, "Sold the grey Volvo estate.")
+    synth_run(edge_store, embedder, state, now="2025-07-05T00:00:00Z", force=True, read_themes=reader)
+    assert edge_store.retrieve([first.memory_id])[first.memory_id].status == "expired"
+    ThemeChat.mode, ThemeChat.wording = "fitness", "User keeps training for a marathon, week after week."
+    add(2, "Took up watercolour painting.")
+    back = synth_run(edge_store, embedder, state, now="2025-07-10T00:00:00Z", force=True, read_themes=reader)
+    assert first.memory_id in back.pattern_ids
+    now = edge_store.retrieve([first.memory_id])[first.memory_id]
+    assert (now.status, now.text, sorted(now.sources)) == ("active", ThemeChat.wording, sorted(first.sources))
 
 
 def test_a_reading_is_done_again_when_its_patterns_are_gone_or_the_reader_changed(
@@ -241,6 +272,9 @@ def test_a_theme_of_restatements_is_no_pattern(embedder: Any) -> None:
 
     [theme] = syn.read_themes(mems, embedder, reader) or []
     assert theme.memory_ids == ("m3", "m4", "m5") and theme.text == THREAD and theme.key == "theme:m3"
+    # A reply whose every theme is a restatement is no usable answer (the offline grouping runs), not "none".
+    assert syn.read_themes(mems, embedder, lambda lines: reader(lines)[:1]) is None
+    assert syn.read_themes(mems, embedder, lambda lines: []) == []
 
 
 def test_a_theme_given_twice_is_one_pattern_and_anchors_ignore_the_replys_order(embedder: Any) -> None:
