@@ -143,7 +143,20 @@ class Plan:
             "prunes": [{"item": p.item, "memory": p.memory.memory_id, "text": p.memory.text,
                         "type": p.memory.memory_type, "age_days": p.age_days, "policy": p.policy}
                        for p in self.prunes],
+            "seen": {m.memory_id: fingerprint(m) for m in self.memories()},
         }
+
+    def memories(self) -> list[Memory]:
+        """Every memory the plan would change."""
+        return [*(x for m in self.merges for x in (m.a, m.b)), *(x for c in self.conflicts for x in (c.a, c.b)),
+                *(p.memory for p in self.prunes)]
+
+
+def fingerprint(memory: Memory) -> str:
+    """What a plan saw of a memory: its status, how many decisions touched it and when it was last written. An
+    approval applies an item only while its memories are as seen (another plan, an update, a delete or an undo
+    since makes the item stale)."""
+    return f"{memory.status}|{len(memory.decision_ids)}|{memory.updated_at}"
 
 
 def age_days(memory: Memory, now: datetime) -> int:

@@ -154,6 +154,9 @@ def prepare_pass(
 ) -> tuple[cons.Outcome, changes.Change]:
     """Everything a pass will write, computed before the first write (see `apply_plan`)."""
     choices = choices or {}
+    foreign = sorted({m.memory_id for m in plan.memories() if m.user_id != plan.user_id})
+    if foreign:  # a plan is one user's: never let it write another's memory
+        raise ValueError(f"plan {plan.plan_id} names memories of another user: {', '.join(foreign[:3])}")
     stamp = now_iso()
     did = pass_id or new_pass_id(plan)
     outcome = cons.Outcome(hard_delete=hard_delete, decision_id=did)
@@ -178,7 +181,8 @@ def prepare_pass(
     vectors, features = embed_with_features(embed, new_texts)
     for proposal, vector, feature in zip(plan.merges, vectors, features, strict=True):
         a, b = touch(proposal.a), touch(proposal.b)
-        new_id = "cons-" + hashlib.sha256(f"{a.memory_id}+{b.memory_id}".encode()).hexdigest()[:16]
+        # Per pass: the same pair merged again after an undo is a new memory, and the first keeps its record.
+        new_id = "cons-" + hashlib.sha256(f"{a.memory_id}+{b.memory_id}|{did}".encode()).hexdigest()[:16]
         canonical = Memory(
             memory_id=new_id, user_id=a.user_id, text=proposal.merged_text, created_at=stamp, updated_at=stamp,
             app_id=a.app_id if a.app_id == b.app_id else plan.app_id, agent_id=None, run_id=None,
@@ -209,7 +213,9 @@ def prepare_pass(
     for prune in plan.prunes:
         m = touch(prune.memory)
         extra = {"policy": prune.policy, "age_days": prune.age_days}
-        if hard_delete:
+        if hard_delete and _linked(store, m):
+            extra["kept"] = "linked"  # deleting it would leave links (or a pattern's words) pointing at nothing
+        if hard_delete and "kept" not in extra:
             event(m, m.status, "deleted", None, "consolidate_delete", extra)
             deleted.append(m.memory_id)
         else:
@@ -222,6 +228,8 @@ def prepare_pass(
         event(created[-1], None, "active", None, "consolidate_new", {"reminder": True})
     holder = changes.holder_of(created, list(touched), deleted)
     change = changes.Change(change_id=did, holder=holder or "", creates=created, deletes=deleted, events=events)
+    if holder is None:
+        outcome.decision_id = None  # only deletions: no memory keeps a record, so there is nothing to undo
     if not events:
         return outcome, change
     record = {
@@ -243,6 +251,14 @@ def prepare_pass(
             fields["decisions"] = [*m.decisions, record]
         change.set(mid, fields)
     return outcome, change
+
+
+def _linked(store: MemoryStore, m: Memory) -> bool:
+    """Whether other memories point at it (it replaced or merged them, they replaced it, a pattern cites it)."""
+    if m.superseded_by or m.merged_into or m.supersedes or m.merged_from:
+        return True
+    return any(True for f in ("superseded_by", "merged_into", "supersedes", "merged_from", "sources")
+               for _ in store.scroll({f: m.memory_id, "user_id": m.user_id}))
 
 
 def _reminder(store: MemoryStore, embed: Embed, plan: cons.Plan, skipped: int, stamp: str, did: str) -> Memory:
@@ -268,14 +284,18 @@ def save_plan(data_dir: str, plan: cons.Plan) -> Path:
 
 
 def plan_from_dict(store: MemoryStore, data: Mapping[str, Any]) -> cons.Plan:
-    """Rebuilds a saved plan from the store's current memories; a memory changed since is left out."""
+    """Rebuilds a saved plan from the store's current memories; an item with a memory changed since the plan
+    saw it (another plan or an update applied, deleted, undone), or that is not the plan's user's (an id
+    freed by a hard delete and taken by another user), is left out."""
     ids = [x["a"] for x in data["merges"]] + [x["b"] for x in data["merges"]]
     ids += [x["a"] for x in data["conflicts"]] + [x["b"] for x in data["conflicts"]]
     ids += [x["memory"] for x in data["prunes"]]
     got = store.retrieve(ids, with_vectors=True)
+    seen: Mapping[str, str] | None = data.get("seen")  # plans saved before fingerprints: status only
 
     def live(*mids: str) -> bool:
-        return all(mid in got and got[mid].status in ("active", "superseded") for mid in mids)
+        return all(mid in got and got[mid].status in ("active", "superseded") and got[mid].user_id == data["user"]
+                   and (seen is None or seen.get(mid) == cons.fingerprint(got[mid])) for mid in mids)
 
     plan = cons.Plan(project=data["project"], user_id=data["user"], app_id=data.get("app"))
     plan.merges = [cons.MergeProposal(got[x["a"]], got[x["b"]], x["merged_text"], x["score"])

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from dreamstream.schemas.events import now_iso, status_event
+from dreamstream.schemas.memory import Memory
 from dreamstream.streams.core import changes
 from dreamstream.streams.store import MemoryStore
 
@@ -109,9 +110,23 @@ def _undo_pass(store: MemoryStore, record: dict[str, Any], decision_id: str, cha
     evidence = {"undo_of": decision_id, "deleted_not_restored": record.get("deleted", [])}
     members = {k: m for k, m in store.retrieve([*record.get("targets", []), *record.get("created", [])]).items()
                if m.user_id == user}
-    for mid, fields in record.get("before", {}).items():
+    before_all: dict[str, dict[str, Any]] = record.get("before", {})
+    ours = set(before_all) | set(record.get("created", []))
+
+    def as_left(m: Memory) -> bool:
+        """No decision touched it after the pass (every decision appends its id)."""
+        return bool(m.decision_ids) and m.decision_ids[-1] == decision_id
+
+    for mid, fields in before_all.items():
         m = members.get(mid)
         if m is None or (m.status == "deleted" and fields.get("status") != "deleted"):
+            continue
+        if not as_left(m):
+            # Changed since (an update, a merge, another pass): its state now is a later decision's. Only the
+            # links this pass added to its lists go; its status and the rest stay.
+            lists = {f: [x for x in getattr(m, f) if x in fields.get(f, []) or x not in ours]
+                     for f in ("supersedes", "merged_from")}
+            change.set(mid, {**{f: v for f, v in lists.items() if v != getattr(m, f)}, "updated_at": stamp})
             continue
         if m.status != fields["status"]:
             change.events.append(status_event(decision_id, mid, m.user_id, m.status, fields["status"], None, "undo",
@@ -119,7 +134,14 @@ def _undo_pass(store: MemoryStore, record: dict[str, Any], decision_id: str, cha
         change.set(mid, {**fields, "updated_at": stamp})
     for mid in record.get("created", []):
         m = members.get(mid)
-        if m is not None and m.status != "expired":
-            change.events.append(status_event(decision_id, mid, m.user_id, m.status, "expired", None, "undo",
-                                              evidence, undo=True))
-            change.set(mid, {"status": "expired", "updated_at": stamp})
+        if m is None or m.status == "expired":
+            continue
+        if not as_left(m):
+            # Something joined it since (a memory merged into it) or a person changed it: it stays, without the
+            # originals this undo brings back, so nothing merged into it disappears from reads.
+            change.set(mid, {"merged_from": [x for x in m.merged_from if x not in before_all],
+                             "updated_at": stamp})
+            continue
+        change.events.append(status_event(decision_id, mid, m.user_id, m.status, "expired", None, "undo",
+                                          evidence, undo=True))
+        change.set(mid, {"status": "expired", "updated_at": stamp})

@@ -433,3 +433,79 @@ def test_schedules_fire_on_their_cron_in_local_time() -> None:
     assert cons.schedule_fired("daily", sunday_3am, registered, datetime(2026, 12, 7, 3, 1))
     assert [cons.runs_on_firing("biweekly", n) for n in range(4)] == [True, False, True, False]
     assert cons.schedule_id("u1", "a") == cons.schedule_id("u1", "a") != cons.schedule_id("u1", None)
+
+
+def test_an_approval_applies_only_what_is_as_the_plan_saw_it(proc: Processor, tmp_path: Path) -> None:
+    """A plan approved after its memories changed (another plan applied over them, an id freed by a hard
+    delete and taken by another user) applies nothing stale: the item is gone (plan again)."""
+    from dreamstream.streams.core import memories
+
+    ret = dict(cons.DEFAULT_RETENTION)
+    from dreamstream.streams.core.ingest import Incoming
+
+    first, _ = runner.control(proc, "consolidate.run", {"user": "u1", "app": "proj"}, ret, str(tmp_path))
+    old = {"type": "memory.added", "event_id": "e-x", "memory_id": "x-1", "user_id": "u1", "app_id": "proj",
+           "text": "Was debugging the cache layer.", "created_at": "2020-01-02T10:00:00Z",
+           "metadata": {"type": "session_state"}}
+    assert not proc.process([Incoming(raw=old)]).dead_letters  # a second plan, over the same conflict
+    second, _ = runner.control(proc, "consolidate.run", {"user": "u1", "app": "proj"}, ret, str(tmp_path))
+    assert second["plan_id"] != first["plan_id"]
+    conflict = first["conflicts"][0]["item"]
+    runner.control(proc, "consolidate.approve", {"plan_id": first["plan_id"], "answers": {conflict: "B"},
+                                                 "rest": "skip"}, None, str(tmp_path))
+    with pytest.raises(ValueError, match="plan again"):
+        runner.control(proc, "consolidate.approve", {"plan_id": second["plan_id"], "answers": {conflict: "A"},
+                                                     "rest": "skip"}, None, str(tmp_path))
+    fri = proc.store.retrieve(["fri-1", "fri-2"])
+    assert (fri["fri-1"].status, fri["fri-2"].status) == ("active", "superseded")  # no cycle, one current
+
+    third, _ = runner.control(proc, "consolidate.run", {"user": "u1", "app": "proj"}, ret, str(tmp_path))
+    [prune] = [p for p in third["prunes"] if p["memory"] == "vague-1"]
+    memories.hard_delete_memory(proc.store, "vague-1", "u1")
+    proc.store.upsert([Memory(memory_id="vague-1", user_id="u2", text="Prefers dark mode.", created_at=NOW.isoformat(),
+                              updated_at=NOW.isoformat(), vector=np.zeros(384, dtype=np.float32))])
+    with pytest.raises(ValueError, match="plan again"):
+        runner.control(proc, "consolidate.approve", {"plan_id": third["plan_id"], "answers": {prune["item"]: "apply"},
+                                                     "rest": "skip"}, None, str(tmp_path))
+    assert proc.store.retrieve(["vague-1"])["vague-1"].status == "active"
+
+
+def test_undoing_a_pass_leaves_what_changed_since_and_a_rerun_keeps_the_first_record(proc: Processor) -> None:
+    """A pass's undo restores only memories still as the pass left them: a winner updated since stays
+    replaced by the update. The same merge after the undo is a new memory; the first pass keeps its record."""
+    plan, _ = runner.make_plan(proc.store, "u1", "proj", cons.DEFAULT_RETENTION, now=NOW)
+    outcome, _ = runner.apply_plan(proc.store, proc.embed, plan, {0: "A"})
+    assert outcome.decision_id is not None
+    update = {"type": "memory.added", "event_id": "e-upd", "memory_id": "fri-3", "user_id": "u1", "app_id": "proj",
+              "text": "The team deploys on Thursdays now.", "created_at": "2026-12-02T10:00:00Z", "replaces": "fri-2"}
+    from dreamstream.streams.core.ingest import Incoming
+
+    assert not proc.process([Incoming(raw=update)]).dead_letters
+    proc.undo(outcome.decision_id)
+    got = proc.store.retrieve(["fri-1", "fri-2", "fri-3"])
+    assert (got["fri-2"].status, got["fri-2"].superseded_by) == ("superseded", "fri-3")  # the update stands
+    assert got["fri-3"].supersedes == ["fri-2"] and got["fri-1"].status == "active"
+    assert got["fri-2"].supersedes == []  # the pass's own link is gone
+    again, _ = runner.make_plan(proc.store, "u1", "proj", cons.DEFAULT_RETENTION, now=NOW)
+    second, _ = runner.apply_plan(proc.store, proc.embed, again, {})
+    assert second.merged_pairs == 1
+    firsts = [m for m in proc.store.scroll({"decision_ids": outcome.decision_id})
+              if any(r.get("decision_id") == outcome.decision_id for r in m.decisions)]
+    assert firsts and all(m.status == "expired" for m in firsts)  # the first pass's record is kept
+    with pytest.raises(ValueError):
+        proc.undo(outcome.decision_id)  # already undone, not unknown
+
+
+def test_hard_delete_keeps_a_pruned_memory_that_others_link_to(proc: Processor) -> None:
+    """A pattern cites sess-1: deleting it would leave the pattern's words and sources pointing at nothing, so
+    the pass expires it instead; vague-1, linked to nothing, is deleted for good."""
+    pattern = Memory(memory_id="pat-1", user_id="u1", text="Refactors the login code.", kind="pattern",
+                     created_at=NOW.isoformat(), updated_at=NOW.isoformat(), app_id="proj",
+                     sources=["sess-1", "path-1", "pg-1"], vector=np.zeros(384, dtype=np.float32))
+    proc.store.upsert([pattern])
+    plan, _ = runner.make_plan(proc.store, "u1", "proj", cons.DEFAULT_RETENTION, now=NOW)
+    outcome, events = runner.apply_plan(proc.store, proc.embed, plan, hard_delete=True)
+    got = proc.store.retrieve(["sess-1", "vague-1"])
+    assert got["sess-1"].status == "expired" and "vague-1" not in got
+    kept = [e for e in events if e["memory_id"] == "sess-1"]
+    assert kept and kept[0]["to_status"] == "expired" and kept[0]["evidence"]["kept"] == "linked"
