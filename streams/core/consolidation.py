@@ -283,6 +283,21 @@ def save_plan(data_dir: str, plan: cons.Plan) -> Path:
     return path
 
 
+def forget_plans(data_dir: str, user: str) -> int:
+    """Deletes the pending plans of one user (an erasure: they hold the user's texts); returns how many."""
+    folder = Path(data_dir) / PLANS_DIR
+    gone = 0
+    for path in sorted(folder.glob("plan-*.json")) if folder.is_dir() else []:
+        try:
+            owner = json.loads(path.read_text(encoding="utf-8")).get("user")
+        except (OSError, ValueError):
+            continue  # unreadable: not this user's to decide
+        if owner == user:
+            path.unlink(missing_ok=True)
+            gone += 1
+    return gone
+
+
 def plan_from_dict(store: MemoryStore, data: Mapping[str, Any]) -> cons.Plan:
     """Rebuilds a saved plan from the store's current memories; an item with a memory changed since the plan
     saw it (another plan or an update applied, deleted, undone), or that is not the plan's user's (an id

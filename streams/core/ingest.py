@@ -177,6 +177,11 @@ class _Batch:
     """New memory id -> the memory it replaces (an update the user asked for)."""
     _at: dict[str, int] = field(default_factory=dict)
 
+    def added(self, memory_id: str) -> Memory | None:
+        """A memory this batch itself added (decided already), or None."""
+        at = self._at.get(memory_id)
+        return self.new[at] if at is not None else None
+
     def current(self, stored: Memory) -> Memory | None:
         """The batch's latest copy of a prefetched memory, or None when it is no longer an active fact."""
         latest = self.changed.get(stored.memory_id, stored)
@@ -500,21 +505,39 @@ class Processor:
         the decision, undoable like any other. The replaced memory must be a current fact of the user."""
         target = next((c for c in candidates if c.memory_id == replaced), None)
         if target is None:
-            stored = self.store.retrieve([replaced]).get(replaced)
-            current = batch.current(stored) if stored is not None and stored.user_id == memory.user_id else None
-            target = copy.copy(current) if current is not None else None
+            target = self._current_version(replaced, memory.user_id, batch)
         if target is None:
             raise InvalidEvent("bad_field", f"replaces {replaced}: no current memory of user {memory.user_id}")
-        decision = Decision("supersede", memory.memory_id, memory.user_id, (replaced,), judge="user",
-                            rule="update", detail={"by": "update"})
-        by_id = {replaced: target}
+        detail: dict[str, Any] = {"by": "update"}
+        if target.memory_id != replaced:
+            detail["asked"] = replaced  # an edit of a version edited since: it updates the current one
+        decision = Decision("supersede", memory.memory_id, memory.user_id, (target.memory_id,), judge="user",
+                            rule="update", detail=detail)
+        by_id = {target.memory_id: target}
         first_event = len(result.status_events)
         memory.pending = dict(self.apply_decision(decision, memory, dict(by_id), result))
         if self.keep_outbox and len(result.status_events) > first_event:
             memory.outbox = result.status_events[first_event:]
             result.outbox_owners.append(memory.memory_id)
-        batch.stage(memory, {replaced: target})
+        batch.stage(memory, {target.memory_id: target})
         result.outcomes["stored"] += 1
+
+    def _current_version(self, memory_id: str, user_id: str, batch: _Batch) -> Memory | None:
+        """The user's current version of a fact: itself while active, else what its updates led to (two quick
+        edits of one memory: the second arrives after the first superseded it). A copy, or None."""
+        node = batch.added(memory_id) or self.store.retrieve([memory_id]).get(memory_id)
+        seen: set[str] = set()
+        while node is not None and node.user_id == user_id and node.memory_id not in seen:
+            seen.add(node.memory_id)
+            latest = batch.current(node) if batch.added(node.memory_id) is None else node
+            if latest is not None and latest.status == "active" and latest.kind == "fact":
+                return copy.copy(latest)
+            after = batch.changed.get(node.memory_id, node)
+            nxt = after.superseded_by if after.status == "superseded" else None
+            if nxt is None:
+                return None
+            node = batch.added(nxt) or self.store.retrieve([nxt]).get(nxt)
+        return None
 
     def _write(self, batch: _Batch) -> None:
         """The batch's writes, crash-safe in this order: one upsert holds every new memory with its

@@ -51,8 +51,9 @@ def user_param(params: Mapping[str, str]) -> str:
     user = params.get("user") or ""
     if not user.strip():
         raise ValueError("a read must name a user (?user=...)")
-    if user != user.strip() or not user.isprintable():
-        raise ValueError(f"user must be printable, without surrounding spaces: {user[:40]!r}")
+    if user != user.strip() or not user.isprintable() or "/" in user or "\\" in user or user in (".", ".."):
+        # The same rule as a stored user id (`events.check_id`): no such user can exist, so say so.
+        raise ValueError(f"user must be printable, without surrounding spaces or a path: {user[:40]!r}")
     return user
 
 

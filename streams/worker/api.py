@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import hmac
 import ipaddress
+import logging
 import os
 import uuid
 from collections.abc import Awaitable, Callable
@@ -32,6 +33,7 @@ import orjson
 from aiohttp import web as aioweb
 from faust.web import Request, Response, View
 
+from dreamstream.schemas.errors import StoreError
 from dreamstream.schemas.events import status_event
 from dreamstream.streams.core import changes, memories, reads
 from dreamstream.streams.core import consolidation as runner
@@ -48,6 +50,8 @@ from dreamstream.streams.worker.app import (
 from dreamstream.streams.worker.consolidation import access_event, accessed_topic
 from dreamstream.streams.worker.tables import settings_table
 
+log = logging.getLogger("dreamstream.api")
+
 
 def _json(body: Any, status: int = 200) -> Any:
     return aioweb.Response(body=orjson.dumps(body), status=status, content_type="application/json")
@@ -61,7 +65,8 @@ def refused(request: Any) -> Any | None:
     """None when the caller may use the API, else the 401/403 response."""
     if settings.api_token:
         given = request.headers.get("Authorization", "")
-        if not hmac.compare_digest(given.encode(), f"Bearer {settings.api_token}".encode()):
+        # Any bytes a client sends compare (a header that is not UTF-8 is just a wrong token, not a 500).
+        if not hmac.compare_digest(given.encode("utf-8", "surrogateescape"), f"Bearer {settings.api_token}".encode()):
             return _error(401, "this API needs Authorization: Bearer <DREAM_API_TOKEN>")
         return None
     try:
@@ -95,6 +100,11 @@ def api_call(handler: Handler) -> Handler:
             return await handler(view, request, **kwargs)
         except ValueError as exc:  # InvalidEvent and bad read parameters included
             return _error(400, str(exc))
+        except StoreError as exc:  # the store is down or full: a retry may succeed
+            return _error(503, f"store unavailable: {exc}")
+        except Exception as exc:  # a bug: one line of JSON for the client, the traceback in the log
+            log.exception("API %s %s failed", request.method, request.url)
+            return _error(500, f"internal error: {type(exc).__name__}")
     return call
 
 
@@ -193,6 +203,7 @@ class UserView(View):
         request_id = uuid.uuid4().hex
         intent = os.path.join(settings.data_dir, "erase", f"http-{request_id}.json")
         found = await on_store_thread(memories.erase_user, proc.store, user_id, intent)
+        await on_store_thread(runner.forget_plans, settings.data_dir, user_id)  # plans hold the user's texts
         audit = status_event(f"erase-{request_id}", f"user:{user_id}", user_id, None, "erased", None, "erase",
                              {"request": request_id, "issued_by": "api", "user": user_id, "deleted": found})
         await publish(BatchResult(status_events=[audit]))
@@ -270,9 +281,13 @@ class ConsolidationsView(View):
         if unknown or mode not in MODES:
             raise ValueError(f"a consolidation takes user, app, mode ({' | '.join(MODES)}) and dry_run"
                              + (f"; not {', '.join(sorted(unknown))}" if unknown else ""))
-        user = body.get("user")
+        user, app_id = body.get("user"), body.get("app")
         if user is not None and (not isinstance(user, str) or not user):
             raise ValueError("user must be a non-empty string")
+        if app_id is not None and (not isinstance(app_id, str) or not app_id):
+            raise ValueError("app must be a non-empty string (or left out)")
+        if body.get("dry_run") and mode == "auto":  # it would apply what the caller meant only to look at
+            raise ValueError("auto with dry_run: a pass's dry run is mode dry_run (dry_run is for light and full)")
         if mode in ("light", "full"):
             proc = await processor()
             run = runner.full if mode == "full" else runner.light
@@ -282,7 +297,7 @@ class ConsolidationsView(View):
             return _json(summary)  # type: ignore[no-any-return]
         if not user:
             raise ValueError("a consolidation pass needs user")
-        return await _consolidation("consolidate.run", {"user": user, "app": body.get("app"), "mode": mode})
+        return await _consolidation("consolidate.run", {"user": user, "app": app_id, "mode": mode})
 
 
 @app.page("/v1/consolidations/{plan_id}/approve")

@@ -174,6 +174,7 @@ def erase_user(proc: Any, user: str, cmd: Command) -> dict[str, Any]:
     A redelivered command deletes whatever a crash left and still reports the first run's count."""
     intent = os.path.join(settings.data_dir, "erase", hashlib.sha256(cmd.id.encode()).hexdigest()[:24] + ".json")
     found = memories.erase_user(proc.store, user, intent)
+    cr.forget_plans(settings.data_dir, user)  # pending consolidation plans hold the user's texts
     return {"user": user, "deleted": found, "at": now_iso()}
 
 

@@ -40,3 +40,27 @@ def test_with_a_token_every_caller_needs_it(monkeypatch: pytest.MonkeyPatch) -> 
     assert api.refused(request("10.1.2.3", "s3cret")) is None
     assert api.refused(request("127.0.0.1")).status == 401
     assert api.refused(request("127.0.0.1", "wrong")).status == 401
+    # A header that is not UTF-8 (a client's bytes, passed through as surrogates) is a wrong token, not a 500.
+    from types import SimpleNamespace
+
+    odd = SimpleNamespace(headers={"Authorization": "Bearer \udcff"}, remote="10.1.2.3")  # as aiohttp decodes it
+    assert api.refused(odd).status == 401
+
+
+def test_an_unexpected_failure_is_one_line_of_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug in a handler answers a JSON 500 with the error's type (the traceback goes to the log); a store
+    fault answers 503, so a client knows a retry may succeed."""
+    from dreamstream.schemas.errors import StoreError
+
+    monkeypatch.setattr(api, "settings", api.settings.model_copy(update={"api_token": None}))
+
+    async def broken(view: Any, request: Any) -> Any:
+        raise TypeError("sequence item 0: expected str instance, list found")
+
+    async def down(view: Any, request: Any) -> Any:
+        raise StoreError("disk full")
+
+    for handler, status, text in ((broken, 500, b'{"error":"internal error: TypeError"}'),
+                                  (down, 503, b'{"error":"store unavailable: disk full"}')):
+        response = asyncio.run(api.api_call(handler)(None, request("127.0.0.1")))
+        assert response.status == status and response.body == text

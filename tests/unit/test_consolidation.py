@@ -509,3 +509,14 @@ def test_hard_delete_keeps_a_pruned_memory_that_others_link_to(proc: Processor) 
     assert got["sess-1"].status == "expired" and "vague-1" not in got
     kept = [e for e in events if e["memory_id"] == "sess-1"]
     assert kept and kept[0]["to_status"] == "expired" and kept[0]["evidence"]["kept"] == "linked"
+
+
+def test_erasing_a_user_forgets_their_pending_plans(proc: Processor, tmp_path: Path) -> None:
+    """A dry run's plan holds the user's texts until it is approved or rejected: an erasure deletes it too."""
+    plan, _ = runner.control(proc, "consolidate.run", {"user": "u1", "app": "proj"}, dict(cons.DEFAULT_RETENTION),
+                             str(tmp_path))
+    other = tmp_path / runner.PLANS_DIR / "plan-0000000000000000.json"
+    other.write_text(json.dumps({"user": "u2", "merges": [], "conflicts": [], "prunes": []}))
+    assert runner.forget_plans(str(tmp_path), "u1") == 1
+    assert [p.name for p in (tmp_path / runner.PLANS_DIR).iterdir()] == [other.name]
+    assert "Use PostgreSQL" not in other.read_text() and plan["plan_id"] not in other.name

@@ -172,6 +172,9 @@ def test_reprocess_keeps_a_persons_own_update(edge_store, embedder, tmp_path) ->
 @pytest.mark.parametrize(("params", "error"), [
     ({}, "a read must name a user"),
     ({"user": "  "}, "a read must name a user"),
+    ({"user": "a/b"}, "without surrounding spaces or a path"),  # no stored user id can look like this
+    ({"user": "a\\b"}, "without surrounding spaces or a path"),
+    ({"user": ".."}, "without surrounding spaces or a path"),
     ({"user": "u", "limit": "99999999999999999999", "q": "x"}, "limit must be a whole number from 1 to 1000"),
     ({"user": "u", "limit": "0"}, "limit must be"),
     ({"user": "u", "limit": "-3"}, "limit must be"),
@@ -257,3 +260,18 @@ def test_undo_leaves_a_memory_the_user_deleted_since(proc: Processor) -> None:
     old = proc.store.retrieve(["m-1"])["m-1"]
     assert old.status == "deleted" and old.superseded_by is None
     assert [e["to_status"] for e in proc.undo(deleted[0]["decision_id"])] == ["superseded"]
+
+
+@pytest.mark.parametrize("one_batch", [False, True])
+def test_two_quick_edits_of_one_memory_both_land(proc: Processor, one_batch: bool) -> None:
+    """Two PATCHes of a memory before ingest applied the first (each checked against the store alone): the
+    second updates the version the first wrote, so the user's last word is current and nothing is lost."""
+    feed(proc, _raw("m-1", "ana", "Ana lives in Lisbon.", 1))
+    first = memories.update_event(proc.store, "m-1", "ana", {"text": "Ana lives in Porto."})
+    second = memories.update_event(proc.store, "m-1", "ana", {"text": "Ana lives in Braga."})
+    results = [feed(proc, first, second)] if one_batch else [feed(proc, first), feed(proc, second)]
+    assert not any(r.dead_letters for r in results)  # type: ignore[attr-defined]
+    assert [r["text"] for r in reads.get(proc.store, "ana", "latest_only")] == ["Ana lives in Braga."]
+    got = proc.store.retrieve(["m-1", first["memory_id"]])
+    assert got["m-1"].superseded_by == first["memory_id"] and got[first["memory_id"]].superseded_by == \
+        second["memory_id"]
