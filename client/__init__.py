@@ -23,6 +23,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -154,14 +155,31 @@ def _read_params(user_id: str, query: str | None, latest_only: bool, include_mer
     return params
 
 
+def _seg(value: str) -> str:
+    """One path segment: an id may hold `#`, `?` or `%`, which would otherwise cut or change the path."""
+    return quote(str(value), safe="")
+
+
+def _field(body: Any, key: str) -> Any:
+    """`body[key]` of an API answer, or DreamAPIError when the answer is not the shape the API gives."""
+    if not isinstance(body, dict) or key not in body:
+        raise DreamAPIError(200, f"unexpected answer without {key!r}: {str(body)[:200]}")
+    return body[key]
+
+
 def _checked(response: httpx.Response) -> Any:
+    """The JSON body, or DreamAPIError: an error status, or a body that is not the API's JSON (a proxy's HTML
+    page, a cut response) is one error of ours, never a decoding exception."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
     if response.status_code >= 400:
-        try:
-            message = str(response.json().get("error", response.text))
-        except ValueError:
-            message = response.text[:200]
+        message = str(body.get("error", response.text)) if isinstance(body, dict) else response.text[:200]
         raise DreamAPIError(response.status_code, message)
-    return response.json()
+    if body is None:
+        raise DreamAPIError(response.status_code, f"not JSON: {response.text[:200]!r}")
+    return body
 
 
 def _headers(token: str | None) -> dict[str, str]:
@@ -196,7 +214,7 @@ def _consolidation(user_id: str | None, mode: str, app_id: str | None, dry_run: 
 
 
 def _page(body: Mapping[str, Any]) -> Page:
-    return Page([Memory.from_row(r) for r in body["memories"]], body.get("next_cursor"))
+    return Page([Memory.from_row(r) for r in _field(body, "memories")], body.get("next_cursor"))
 
 
 class Client:
@@ -233,14 +251,14 @@ class Client:
 
     def add_many(self, memories: list[dict[str, Any]]) -> list[Accepted]:
         body = self._call("POST", "/v1/memories", json=memories)
-        return [Accepted(**a) for a in body["accepted"]]
+        return [Accepted(**a) for a in _field(body, "accepted")]
 
     def get(self, memory_id: str, user_id: str) -> Memory:
         """One memory of this user (another user's id is a 404, as an unknown one)."""
-        return Memory.from_row(self._call("GET", f"/v1/memories/{memory_id}", params={"user": user_id}))
+        return Memory.from_row(self._call("GET", f"/v1/memories/{_seg(memory_id)}", params={"user": user_id}))
 
     def history(self, memory_id: str, user_id: str) -> dict[str, Any]:
-        out: dict[str, Any] = self._call("GET", f"/v1/memories/{memory_id}/history", params={"user": user_id})
+        out: dict[str, Any] = self._call("GET", f"/v1/memories/{_seg(memory_id)}/history", params={"user": user_id})
         return out
 
     def search(self, user_id: str, query: str, *, latest_only: bool = False, include_merged: bool = False,
@@ -260,23 +278,23 @@ class Client:
         """A new version (new text and/or metadata over the old) that supersedes this one once stored
         (`wait_for` it); the old one stays as history, and undo reverts the update."""
         body = {k: v for k, v in (("text", text), ("metadata", dict(metadata) if metadata else None)) if v is not None}
-        out = self._call("PATCH", f"/v1/memories/{memory_id}", params={"user": user_id}, json=body)
-        return Accepted(**out["accepted"])
+        out = self._call("PATCH", f"/v1/memories/{_seg(memory_id)}", params={"user": user_id}, json=body)
+        return Accepted(**_field(out, "accepted"))
 
     def delete(self, memory_id: str, user_id: str, *, hard: bool = False) -> dict[str, Any]:
         """A soft delete (status `deleted`, hidden from reads, kept; `undo(result["decision_id"])` reverts
         it); `hard=True` removes it for good, with its links (what it had replaced is current again)."""
-        out: dict[str, Any] = self._call("DELETE", f"/v1/memories/{memory_id}",
+        out: dict[str, Any] = self._call("DELETE", f"/v1/memories/{_seg(memory_id)}",
                                          params={"user": user_id, "hard": "true" if hard else "false"})
         return out
 
     def delete_all(self, user_id: str) -> int:
         """Erases one user for good (every memory); returns how many were deleted."""
-        out = self._call("DELETE", f"/v1/users/{user_id}", params={"confirm": user_id})
+        out = self._call("DELETE", f"/v1/users/{_seg(user_id)}", params={"confirm": user_id})
         return int(out["deleted"])
 
     def undo(self, decision_id: str) -> JSONList:
-        events: JSONList = self._call("POST", f"/v1/decisions/{decision_id}/undo")["status_events"]
+        events: JSONList = _field(self._call("POST", f"/v1/decisions/{_seg(decision_id)}/undo"), "status_events")
         return events
 
     def consolidate(self, user_id: str | None, *, mode: str = "dry_run", app_id: str | None = None,
@@ -290,12 +308,12 @@ class Client:
     def approve(self, plan_id: str, answers: Mapping[str, str] | None = None, rest: str = "apply") -> dict[str, Any]:
         """Applies a plan: each item as `answers` says (item id -> apply, skip, or A / B for a conflict),
         the others as `rest` says (apply: as proposed, conflicts at their likely winner; skip)."""
-        out: dict[str, Any] = self._call("POST", f"/v1/consolidations/{plan_id}/approve",
+        out: dict[str, Any] = self._call("POST", f"/v1/consolidations/{_seg(plan_id)}/approve",
                                          json={"answers": dict(answers or {}), "rest": rest})
         return out
 
     def reject(self, plan_id: str) -> dict[str, Any]:
-        out: dict[str, Any] = self._call("DELETE", f"/v1/consolidations/{plan_id}")
+        out: dict[str, Any] = self._call("DELETE", f"/v1/consolidations/{_seg(plan_id)}")
         return out
 
     def stats(self) -> dict[str, Any]:
@@ -314,7 +332,7 @@ class Client:
                     raise
             if time.monotonic() > deadline:
                 raise DreamTimeout(f"memory {added.memory_id} of {added.user_id} was not stored within "
-                                   f"{timeout:.0f} s (is a worker consuming memory.added?)")
+                                   f"{timeout:.0f} s (is a worker consuming memory.added? was it dead-lettered?)")
             time.sleep(0.2)
 
 
@@ -351,14 +369,14 @@ class AsyncClient:
 
     async def add_many(self, memories: list[dict[str, Any]]) -> list[Accepted]:
         body = await self._call("POST", "/v1/memories", json=memories)
-        return [Accepted(**a) for a in body["accepted"]]
+        return [Accepted(**a) for a in _field(body, "accepted")]
 
     async def get(self, memory_id: str, user_id: str) -> Memory:
         """One memory of this user (another user's id is a 404, as an unknown one)."""
-        return Memory.from_row(await self._call("GET", f"/v1/memories/{memory_id}", params={"user": user_id}))
+        return Memory.from_row(await self._call("GET", f"/v1/memories/{_seg(memory_id)}", params={"user": user_id}))
 
     async def history(self, memory_id: str, user_id: str) -> dict[str, Any]:
-        out: dict[str, Any] = await self._call("GET", f"/v1/memories/{memory_id}/history",
+        out: dict[str, Any] = await self._call("GET", f"/v1/memories/{_seg(memory_id)}/history",
                                                params={"user": user_id})
         return out
 
@@ -378,22 +396,22 @@ class AsyncClient:
                      metadata: Mapping[str, Any] | None = None) -> Accepted:
         """A new version (new text and/or metadata over the old) that supersedes this one once stored."""
         body = {k: v for k, v in (("text", text), ("metadata", dict(metadata) if metadata else None)) if v is not None}
-        out = await self._call("PATCH", f"/v1/memories/{memory_id}", params={"user": user_id}, json=body)
-        return Accepted(**out["accepted"])
+        out = await self._call("PATCH", f"/v1/memories/{_seg(memory_id)}", params={"user": user_id}, json=body)
+        return Accepted(**_field(out, "accepted"))
 
     async def delete(self, memory_id: str, user_id: str, *, hard: bool = False) -> dict[str, Any]:
-        out: dict[str, Any] = await self._call("DELETE", f"/v1/memories/{memory_id}",
+        out: dict[str, Any] = await self._call("DELETE", f"/v1/memories/{_seg(memory_id)}",
                                                params={"user": user_id, "hard": "true" if hard else "false"})
         return out
 
     async def delete_all(self, user_id: str) -> int:
         """Erases one user for good (every memory); returns how many were deleted."""
-        out = await self._call("DELETE", f"/v1/users/{user_id}", params={"confirm": user_id})
+        out = await self._call("DELETE", f"/v1/users/{_seg(user_id)}", params={"confirm": user_id})
         return int(out["deleted"])
 
     async def undo(self, decision_id: str) -> JSONList:
-        body = await self._call("POST", f"/v1/decisions/{decision_id}/undo")
-        events: JSONList = body["status_events"]
+        body = await self._call("POST", f"/v1/decisions/{_seg(decision_id)}/undo")
+        events: JSONList = _field(body, "status_events")
         return events
 
     async def consolidate(self, user_id: str | None, *, mode: str = "dry_run", app_id: str | None = None,
@@ -404,12 +422,12 @@ class AsyncClient:
 
     async def approve(self, plan_id: str, answers: Mapping[str, str] | None = None,
                       rest: str = "apply") -> dict[str, Any]:
-        out: dict[str, Any] = await self._call("POST", f"/v1/consolidations/{plan_id}/approve",
+        out: dict[str, Any] = await self._call("POST", f"/v1/consolidations/{_seg(plan_id)}/approve",
                                                json={"answers": dict(answers or {}), "rest": rest})
         return out
 
     async def reject(self, plan_id: str) -> dict[str, Any]:
-        out: dict[str, Any] = await self._call("DELETE", f"/v1/consolidations/{plan_id}")
+        out: dict[str, Any] = await self._call("DELETE", f"/v1/consolidations/{_seg(plan_id)}")
         return out
 
     async def stats(self) -> dict[str, Any]:
@@ -427,5 +445,5 @@ class AsyncClient:
                     raise
             if time.monotonic() > deadline:
                 raise DreamTimeout(f"memory {added.memory_id} of {added.user_id} was not stored within "
-                                   f"{timeout:.0f} s (is a worker consuming memory.added?)")
+                                   f"{timeout:.0f} s (is a worker consuming memory.added? was it dead-lettered?)")
             await asyncio.sleep(0.2)

@@ -69,6 +69,8 @@ def mode_options(fn: F) -> F:
     def checked(*args: Any, **kwargs: Any) -> Any:
         if kwargs.get("latest_only") and kwargs.get("include_merged"):
             raise click.UsageError("--latest-only and --include-merged exclude each other")
+        if not str(kwargs.get("user") or "").strip():
+            raise click.UsageError("--user is empty (an unset variable?): name the user whose memories to read")
         return inner(*args, **kwargs)
 
     fn = checked  # type: ignore[assignment]
@@ -115,11 +117,22 @@ def open_configured_store(store_dir: str | None, create: bool = False) -> Any:
     may create an embedded store: anywhere else a mistyped --store is an error, not an empty store."""
     from dreamstream.streams.store import open_configured  # numpy and the store client: only when used
 
+    if not create:
+        require_store(store_dir)
+    return open_configured(settings, store_dir)
+
+
+STORE_MARKER = "edge_config.json"
+"""The file every embedded store holds (the engine's config): a folder without it is no store."""
+
+
+def require_store(store_dir: str | None) -> None:
+    """A one-line error unless the embedded store named is there (any other folder, even a full one, is not:
+    opening it would write an engine into it). A server store (QDRANT_URL) is always there to ask."""
     folder = Path(store_dir or settings.store_dir)
-    if not settings.qdrant_url and not create and not (folder.is_dir() and any(folder.iterdir())):
+    if not settings.qdrant_url and not (folder / STORE_MARKER).is_file():
         raise click.ClickException(f"no store at {folder} (give --store DIR of an existing store, set "
                                    "DREAM_STORE or QDRANT_URL, or fill one with `dream replay`)")
-    return open_configured(settings, store_dir)
 
 
 def print_rows(rows: list[dict[str, Any]], as_json: bool) -> None:

@@ -83,8 +83,9 @@ def replay(file: Path, store_dir: str | None, dead_path: Path | None,
                  batch_size: int, synthesis: bool) -> None:
     """Push a JSONL file of events through the agents in process, no broker, into the store."""
     from dreamstream.streams.core.judges import pattern_writer_from_settings, theme_reader_from_settings
-    from dreamstream.streams.core.replay import ReplaySummary, replay_file, replay_with_synthesis
+    from dreamstream.streams.core.replay import ReplaySummary, replay_file, replay_with_synthesis, writable_dead_letters
 
+    writable_dead_letters(file, dead_path)  # before the store is made or anything stored
     store = open_configured_store(store_dir, create=True)
     summary: ReplaySummary
     try:
@@ -113,6 +114,8 @@ def export(store_dir: str | None, out: Path | None, user: str | None) -> None:
     """Every memory as JSON lines, in the final-state format of the benchmark (FORMAT.md)."""
     from dreamstream.streams.core.replay import export_rows
 
+    if user is not None and not user.strip():
+        raise click.UsageError("--user is empty (an unset variable?): name a user, or leave --user out for all")
     store = open_configured_store(store_dir)
     rows = export_rows(store, user)
     data = b"".join(orjson.dumps(r) + b"\n" for r in rows)

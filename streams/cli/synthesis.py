@@ -9,13 +9,15 @@ from typing import Any
 
 import click
 
-from dreamstream.streams.cli.common import open_configured_store, settings, store_option
+from dreamstream.streams.cli.common import open_configured_store, require_store, settings, store_option
 
 
 def state_for(store_dir: str | None) -> Any:
-    """The offline synthesis state of a store (the worker keeps its own in Kafka tables)."""
+    """The offline synthesis state of a store (the worker keeps its own in Kafka tables); the store must exist,
+    so a mistyped --store is an error, not a new folder with settings no store will read."""
     from dreamstream.streams.core import synthesis as runner
 
+    require_store(store_dir)
     directory = store_dir or settings.store_dir
     return runner.SynthesisState.load(runner.state_path(directory, server=bool(settings.qdrant_url)))
 

@@ -717,5 +717,7 @@ class Processor:
 def replay_lines(lines: Iterable[bytes], source: str = "replay") -> Iterable[Incoming]:
     """File lines as Incoming records (line numbers stand in for offsets)."""
     for number, line in enumerate(lines, start=1):
+        if number == 1 and line.startswith(b"\xef\xbb\xbf"):
+            line = line[3:]  # a byte-order mark some editors write: not part of the first event
         if line.strip():
             yield Incoming(raw=line.rstrip(b"\r\n"), topic=source, partition=None, offset=number)

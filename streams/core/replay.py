@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -12,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from dreamstream.schemas.errors import InvalidInput
 from dreamstream.schemas.events import InvalidEvent, normalise_time
 from dreamstream.schemas.memory import parse_time
 from dreamstream.streams.core import synthesis
@@ -44,6 +46,18 @@ class ReplaySummary:
         return "\n".join(parts)
 
 
+def writable_dead_letters(path: Path, dead_path: Path | None = None) -> Path:
+    """Where a replay of `path` writes its bad lines, checked before the first event is stored (the bad lines
+    must have somewhere to go): InvalidInput when the folder is missing or not writable."""
+    dead_path = dead_path or path.with_name(path.name + ".deadletter.jsonl")
+    folder = dead_path.parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK) or (dead_path.exists() and not os.access(dead_path,
+                                                                                                   os.W_OK)):
+        raise InvalidInput("bad_path", f"cannot write dead letters to {dead_path} (no such folder, or not "
+                                       "writable): give --dead-letters FILE in a writable folder")
+    return dead_path
+
+
 def replay_file(
     path: Path,
     store: MemoryStore,
@@ -63,7 +77,7 @@ def replay_file(
     """
     if processor is None:
         processor = Processor(store, shared_embedder())
-    dead_path = dead_path or path.with_name(path.name + ".deadletter.jsonl")
+    dead_path = writable_dead_letters(path, dead_path)
     summary = summary or ReplaySummary()
     summary.dead_path = dead_path
     start = time.perf_counter()
@@ -102,7 +116,7 @@ def replay_file(
 
 
 def export_rows(store: MemoryStore, user_id: str | None = None) -> list[dict[str, Any]]:
-    where = {"user_id": user_id} if user_id else None
+    where = {"user_id": user_id} if user_id is not None else None  # "" is no user, not every user
     rows = [m.export_row() for m in store.scroll(where)]
     rows.sort(key=lambda r: (r["created_at"], r["memory_id"]))
     return rows

@@ -132,6 +132,12 @@ class MemoriesView(View):
     async def post(self, request: Request) -> Response:
         """Add a memory (or a JSON list of them): `user_id` and `text` required; 202 with the ids."""
         events = memories.new_events(await _read_json(request))  # InvalidEvent: a 400 with its reason
+        stored = await on_store_thread((await processor()).store.retrieve, [e["memory_id"] for e in events])
+        taken = [e["memory_id"] for e in events if e["memory_id"] in stored and (
+            stored[e["memory_id"]].user_id != e["user_id"] or stored[e["memory_id"]].text != e["text"])]
+        if taken:  # ingest would dead-letter it: say so now, not after a 202 and a wait that never ends
+            return _error(409, f"memory_id_conflict: {', '.join(taken[:3])} already stored as another memory"
+                          )  # type: ignore[no-any-return]
         for event in events:
             await memory_added_topic.send(key=event["user_id"].encode(), value=orjson.dumps(event))
         await app.producer.flush()

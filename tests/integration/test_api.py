@@ -94,6 +94,23 @@ def test_http_errors_are_json_with_a_reason(worker: WorkerProcess) -> None:
     assert spec["openapi"].startswith("3.1") and "/v1/memories/{memory_id}/history" in spec["paths"]
 
 
+def test_ids_with_url_characters_name_their_own_memory_and_a_taken_id_is_refused(worker: WorkerProcess) -> None:
+    """`#`, `?` and `%` are allowed in ids: the client escapes them, so a delete names that memory and not
+    the one its id starts with. An id already stored as another memory is a 409 at once, not a 202 and a
+    wait that never ends (ingest would dead-letter it)."""
+    with Client(url(worker), token=TOKEN) as dream:
+        plain = dream.add("ida", "Ida keeps bees on her roof.", memory_id="m", wait=True)
+        odd = dream.add("ida", "Ida plays the cello.", memory_id="m#1?x=%2F", wait=True)
+        assert dream.get(odd.memory_id, "ida").text == "Ida plays the cello."
+        assert dream.delete(odd.memory_id, "ida")["status"] == "deleted"
+        assert dream.get(plain.memory_id, "ida").status == "active"
+        assert dream.history(odd.memory_id, "ida")["memory"]["memory_id"] == "m#1?x=%2F"
+        with pytest.raises(DreamAPIError) as taken:
+            dream.add("bo", "Bo likes tea.", memory_id="m")
+        assert taken.value.status == 409 and "memory_id_conflict" in str(taken.value)
+        assert dream.add("ida", "Ida keeps bees on her roof.", memory_id="m").memory_id == "m"  # the same: a resend
+
+
 def test_the_async_client(worker: WorkerProcess) -> None:
     async def go() -> None:
         async with AsyncClient(url(worker), token=TOKEN) as dream:

@@ -119,6 +119,11 @@ def test_an_undo_that_changed_no_status_still_says_so(capsys: pytest.CaptureFixt
 def test_synthesis_says_who_groups_and_what_that_is_worth(tmp_path: Path) -> None:
     """Opting in to synthesis shows whether a model or the offline grouping will read, so the trade is seen."""
     store = str(tmp_path / "s")
+    typo = dream("synthesis", "enable", "--store", store)  # no store there yet: an error, no folder made
+    assert typo.returncode == 1 and "no store at" in typo.stderr and not (tmp_path / "s").exists()
+    (tmp_path / "one.jsonl").write_text('{"type": "memory.added", "event_id": "e-1", "memory_id": "m-1", '
+                                        '"user_id": "u", "text": "Likes tea.", "created_at": "2026-01-01T00:00:00Z"}\n')
+    assert dream("replay", str(tmp_path / "one.jsonl"), "--store", store).returncode == 0
     on = dream("synthesis", "enable", "--store", store)
     assert on.returncode == 0 and on.stdout.splitlines()[-1].startswith("grouping: offline (4 in 10")
     llm = subprocess.run([DREAM, "synthesis", "status", "--store", store], capture_output=True, text=True,
@@ -131,3 +136,26 @@ def test_synthesis_says_who_groups_and_what_that_is_worth(tmp_path: Path) -> Non
     assert half.returncode == 1 and not half.stdout  # no endpoint: the error a run would give, nothing changed
     assert half.stderr.strip().splitlines() == [half.stderr.strip()] and "DREAM_LLM_URL" in half.stderr
     assert dream("synthesis", "status", "--store", store).stdout.startswith("_default: enabled")
+
+
+def test_replay_export_and_reads_refuse_what_would_lose_or_leak(tmp_path: Path) -> None:
+    """A dead-letter path that cannot be written stops a replay before anything is stored; an empty --user is
+    a usage error (an unset variable must not export everyone); a folder that is no store is no store; a
+    byte-order mark does not cost the first event."""
+    events = tmp_path / "e.jsonl"
+    events.write_bytes(b"\xef\xbb\xbf" + b'{"type": "memory.added", "event_id": "e-1", "memory_id": "m-1", '
+                       b'"user_id": "u", "text": "Likes tea.", "created_at": "2026-01-01T00:00:00Z"}\n')
+    store = tmp_path / "s"
+    lost = dream("replay", str(events), "--store", str(store), "--dead-letters", str(tmp_path / "no" / "x.jsonl"))
+    assert lost.returncode == 1 and "cannot write dead letters" in lost.stderr and not store.exists()
+    done = dream("replay", str(events), "--store", str(store))
+    assert done.returncode == 0 and "stored 1" in done.stdout
+    for args in (("export", "--user", ""), ("get", "--user", "")):
+        out = dream(*args, "--store", str(store))
+        assert out.returncode == 2 and "--user is empty" in out.stderr and not out.stdout
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "todo.txt").write_text("x")
+    out = dream("get", "--user", "u", "--store", str(folder))
+    assert out.returncode == 1 and out.stderr.startswith(f"Error: no store at {folder}")
+    assert sorted(p.name for p in folder.iterdir()) == ["todo.txt"]  # nothing written into it

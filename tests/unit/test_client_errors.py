@@ -34,3 +34,36 @@ def test_the_token_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -
         assert dream._http.headers["Authorization"] == "Bearer s3cret"
     with Client(token="") as dream:  # an explicit empty token sends none
         assert "Authorization" not in dream._http.headers
+
+
+def test_an_answer_that_is_not_the_apis_is_a_dream_error() -> None:
+    """A proxy's HTML page, a JSON list on a 502 or an object without the expected field: one DreamAPIError
+    each, never a decoding exception."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from dreamstream.client import DreamAPIError
+
+    answers = iter([(200, b"<html>proxy</html>"), (502, b'["bad gateway"]'), (200, b'{"unexpected": 1}')])
+
+    class Odd(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server API
+            status, body = next(answers)
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Odd)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with Client(f"http://127.0.0.1:{server.server_address[1]}") as dream:
+            for expected in (200, 502, 200):
+                with pytest.raises(DreamAPIError) as exc:
+                    dream.list("u-1")
+                assert exc.value.status == expected and len(str(exc.value).splitlines()) == 1
+    finally:
+        server.shutdown()
