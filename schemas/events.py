@@ -7,6 +7,7 @@ Pure functions: the stream, `dream replay` and the tests share them. A bad event
 from __future__ import annotations
 
 import base64
+import hashlib
 import math
 from datetime import UTC, datetime
 from typing import Any
@@ -218,7 +219,9 @@ def dead_letter(
     partition: int | None = None,
     offset: int | None = None,
 ) -> dict[str, Any]:
-    """The dead-letter record: the original bytes (base64) and where they came from."""
+    """The dead-letter record: the original bytes (base64) and where they came from. At most MAX_EVENT_BYTES of
+    the original are kept (with its size and sha256): an oversize record's dead letter must itself fit what
+    the broker takes, or the partition would stop on it."""
     if isinstance(raw, dict):
         raw = orjson.dumps(raw)
     elif isinstance(raw, str):
@@ -228,17 +231,20 @@ def dead_letter(
         preview: str | None = original[:512].decode("utf-8")
     except UnicodeDecodeError:
         preview = None
-    return {
+    out = {
         "type": DEAD_LETTER,
         "reason": reason,
         "error": error,
         "topic": topic,
         "partition": partition,
         "offset": offset,
-        "original_b64": base64.b64encode(original).decode("ascii"),
+        "original_b64": base64.b64encode(original[:MAX_EVENT_BYTES]).decode("ascii"),
         "original_preview": preview,
         "at": now_iso(),
     }
+    if len(original) > MAX_EVENT_BYTES:
+        out |= {"original_size": len(original), "original_sha256": hashlib.sha256(original).hexdigest()}
+    return out
 
 
 def status_event(

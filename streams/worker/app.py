@@ -109,11 +109,16 @@ async def on_store_thread(fn: Any, *args: Any) -> Any:
 
 
 async def publish(result: BatchResult) -> None:
-    """Status events and dead letters of one batch, keyed by user so they keep per-user order."""
-    for ev in result.status_events:
-        await status_topic.send(key=ev["user_id"].encode(), value=MemoryStatus(**ev))
-    for dl in result.dead_letters:
-        await dead_letter_topic.send(key=None, value=DeadLetter(**dl))
+    """Status events and dead letters of one batch, keyed by user so they keep per-user order, and delivered:
+    the broker's answer to each is awaited, so a refused one raises here (the caller then commits nothing and
+    marks nothing sent) instead of being a warning in the log while the input offset moves on."""
+    sent = [await status_topic.send(key=ev["user_id"].encode(), value=MemoryStatus(**ev))
+            for ev in result.status_events]
+    sent += [await dead_letter_topic.send(key=None, value=DeadLetter(**dl)) for dl in result.dead_letters]
+    if sent:
+        await app.producer.flush()
+        for delivery in sent:
+            await delivery  # RecordMetadata, or the broker's error
 
 
 async def send_dead_letter(event: Any, reason: str, message: str) -> None:

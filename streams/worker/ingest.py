@@ -36,8 +36,11 @@ async def _first_record_at(tp: Any, offset: int) -> int | None:
     part = TopicPartition(tp.topic, tp.partition)
     try:
         if "probe" not in _runtime:
+            # "earliest": asked for an offset retention has deleted, it answers the log's first record (the
+            # default, "latest", answered nothing, and ingest kept seeking back to records that are gone).
             started = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap_servers, group_id=None,
-                                       enable_auto_commit=False, **settings.kafka.aiokafka_kwargs())
+                                       enable_auto_commit=False, auto_offset_reset="earliest",
+                                       **settings.kafka.aiokafka_kwargs())
             await started.start()
             _runtime["probe"] = started
         probe = _runtime["probe"]
@@ -174,8 +177,12 @@ async def ingest(stream: faust.StreamT) -> None:
             store_recovered(failures)
         failures = 0
         metrics.observe_batch(result, time.perf_counter() - started)
-        await publish(result)
-        await app.producer.flush()
+        try:
+            await publish(result)  # delivered, or it raises
+        except Exception as exc:  # stored, not published: read again, the redelivery sends the events again
+            failures += 1
+            await read_again(exc, failures, batch, ledger)
+            continue
         faults.point("published")
         if result.outbox_owners:
             try:
@@ -216,14 +223,18 @@ async def send_unsent(proc: Processor) -> None:
         log.warning("could not look for unsent status events: %s", exc)
         return
     if unsent.status_events:
-        await publish(unsent)
-        await app.producer.flush()
+        try:
+            await publish(unsent)
+        except Exception as exc:  # still unsent in the store: the next start, or their redelivery, sends them
+            log.warning("could not send %d unsent status events: %s", len(unsent.status_events), exc)
+            return
         await on_store_thread(proc.mark_sent, unsent.outbox_owners)
         log.info("sent %d status events a crash had left unpublished", len(unsent.status_events))
 
 
 async def read_again(exc: BaseException, failures: int, batch: Any, ledger: InputOffsets[Any]) -> None:
-    """A batch the store failed (a write, or marking its events sent): nothing is committed past it;
+    """A batch the store failed (a write, or marking its events sent), or whose events the broker refused:
+    nothing is committed past it;
     its partitions are sought back to it and read again after a backoff (a store fault, not a crash:
     stored memories are found again as redeliveries, unsent events sent again, deduplicable)."""
     store_fault(exc, failures, len(batch.items))

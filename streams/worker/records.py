@@ -37,3 +37,5 @@ class DeadLetter(faust.Record, serializer="orjson", include_metadata=False):
     partition: int | None = None
     offset: int | None = None
     original_preview: str | None = None
+    original_size: int | None = None
+    original_sha256: str | None = None

@@ -161,3 +161,55 @@ def test_transactional_producers_offset_gaps_are_passed_over_not_waited_on(kafka
     assert sum(r["highwater"] for r in loaded) == 2 * len(records)  # a marker after every record
     got = stream_export(worker)
     assert len(got) == len(records)
+
+
+def test_records_retention_removed_while_the_worker_was_down_do_not_stall_it(kafka: str, unique: str,
+                                                                             tmp_path: Path) -> None:
+    """Down longer than the topic's retention: the group's commit is below the log's start when the worker
+    comes back. It reads on from the first record still there (the deleted ones are gone for everyone),
+    stores what is left and commits past it, instead of seeking back to records that no longer exist."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
+
+    def ev(n: int) -> bytes:
+        return orjson.dumps({"type": "memory.added", "event_id": f"e-{n}", "memory_id": f"m-{n}", "user_id": "u-r",
+                             "text": f"Fact {n}: visited city number {n} in spring.",
+                             "created_at": f"2026-01-01T00:00:{n:02d}Z"})
+
+    async def committed(group: str, topic: str) -> int | None:
+        consumer = AIOKafkaConsumer(bootstrap_servers=kafka, group_id=group, enable_auto_commit=False)
+        await consumer.start()
+        try:
+            return await consumer.committed(TopicPartition(topic, 0))
+        finally:
+            await consumer.stop()
+
+    async def delete_before(topic: str, offset: int) -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=kafka)
+        await admin.start()
+        try:
+            await admin.delete_records({TopicPartition(topic, 0): RecordsToDelete(offset)})
+        finally:
+            await admin.close()
+
+    name = f"ret-{unique}"
+    worker = WorkerProcess(kafka, name, tmp_path, {"DREAM_PARTITIONS": "1"})
+    topic, group = worker.topics["added"], f"dream-{name}"
+    try:
+        worker.start()
+        asyncio.run(produce(kafka, topic, [ev(n) for n in range(10)]))
+        worker.wait_for(lambda s: s["memories"] >= 10, timeout=60)
+        deadline = time.monotonic() + 30
+        while asyncio.run(committed(group, topic)) != 10 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        worker.stop()
+        asyncio.run(produce(kafka, topic, [ev(n) for n in range(10, 30)]))
+        asyncio.run(delete_before(topic, 20))  # retention took 10..19 while the worker was down
+        worker.start()
+        assert worker.wait_for(lambda s: s["memories"] >= 20, timeout=90)["memories"] == 20
+        deadline = time.monotonic() + 30
+        while asyncio.run(committed(group, topic)) != 30 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert asyncio.run(committed(group, topic)) == 30 and worker.health()[0] == 200
+    finally:
+        worker.stop()
