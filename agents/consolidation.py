@@ -153,10 +153,13 @@ class Plan:
 
 
 def fingerprint(memory: Memory) -> str:
-    """What a plan saw of a memory: its status, how many decisions touched it and when it was last written. An
-    approval applies an item only while its memories are as seen (another plan, an update, a delete or an undo
-    since makes the item stale)."""
-    return f"{memory.status}|{len(memory.decision_ids)}|{memory.updated_at}"
+    """What a plan saw of a memory: its status, its links, its text and when it was last written. An approval
+    applies an item only while its memories are as seen (another plan, an update, a merge into it, a delete or
+    an undo since makes the item stale; a review flag or a read, which change none of these, does not)."""
+    links = "|".join(f"{k}={getattr(memory, k)}" for k in ("superseded_by", "supersedes", "merged_into",
+                                                            "merged_from"))
+    digest = hashlib.sha256(f"{links}|{memory.text}".encode()).hexdigest()[:16]
+    return f"{memory.status}|{memory.updated_at}|{digest}"
 
 
 def age_days(memory: Memory, now: datetime) -> int:

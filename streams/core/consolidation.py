@@ -210,10 +210,12 @@ def prepare_pass(
         winner.supersedes = [*winner.supersedes, loser.memory_id]
         outcome.resolved += 1
     deleted: list[str] = []
+    pointed_at = _pointed_at(store, plan.user_id) if hard_delete and plan.prunes else set()
     for prune in plan.prunes:
         m = touch(prune.memory)
         extra = {"policy": prune.policy, "age_days": prune.age_days}
-        if hard_delete and _linked(store, m):
+        if hard_delete and (m.superseded_by or m.merged_into or m.supersedes or m.merged_from
+                            or m.memory_id in pointed_at):
             extra["kept"] = "linked"  # deleting it would leave links (or a pattern's words) pointing at nothing
         if hard_delete and "kept" not in extra:
             event(m, m.status, "deleted", None, "consolidate_delete", extra)
@@ -236,6 +238,10 @@ def prepare_pass(
         "decision_id": did, "action": "consolidate", "new_id": None, "at": stamp, "evidence": evidence,
         "targets": [mid for mid in touched if mid not in deleted], "created": [m.memory_id for m in created],
         "deleted": deleted, "before": {k: v for k, v in before.items() if k not in deleted},
+        # What the pass left: its undo restores a memory only while it is still so (a later decision's state
+        # stays); a review or conflict flag since changes no status or link, so it does not count.
+        "after": {mid: _snapshot(m) for mid, m in [*touched.items(), *((c.memory_id, c) for c in created)]
+                  if mid not in deleted},
         "outcome": outcome.to_dict(),
     }
     for m in created:
@@ -253,12 +259,14 @@ def prepare_pass(
     return outcome, change
 
 
-def _linked(store: MemoryStore, m: Memory) -> bool:
-    """Whether other memories point at it (it replaced or merged them, they replaced it, a pattern cites it)."""
-    if m.superseded_by or m.merged_into or m.supersedes or m.merged_from:
-        return True
-    return any(True for f in ("superseded_by", "merged_into", "supersedes", "merged_from", "sources")
-               for _ in store.scroll({f: m.memory_id, "user_id": m.user_id}))
+def _pointed_at(store: MemoryStore, user_id: str) -> set[str]:
+    """Every id one of the user's memories links to (replaced, merged, a pattern's sources): one read of the
+    user, not one per pruned memory."""
+    out: set[str] = set()
+    for m in store.scroll({"user_id": user_id}):
+        out.update(x for x in (m.superseded_by, m.merged_into) if x)
+        out.update(m.supersedes, m.merged_from, m.sources)
+    return out
 
 
 def _reminder(store: MemoryStore, embed: Embed, plan: cons.Plan, skipped: int, stamp: str, did: str) -> Memory:

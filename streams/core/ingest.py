@@ -680,7 +680,19 @@ class Processor:
             self.store.flush()
             changes.write_durably(deleted, b"")
         faults.point("stored")
-        result = self.process([Incoming(raw=ev, topic="reprocess") for ev in events])
+        result = self.process([Incoming(raw=ev, topic="reprocess", offset=i) for i, ev in enumerate(events)])
+        # A person's update whose original is no current fact in the new order (the judge merged it away, a
+        # memory created in between): its text must not be lost with the old store, so the judge decides it.
+        lost = {dl["offset"] for dl in result.dead_letters if dl["reason"] == "bad_field"
+                and "no current memory" in dl["error"]}
+        retry = [{k: v for k, v in ev.items() if k != "replaces"} for i, ev in enumerate(events)
+                 if i in lost and "replaces" in ev]
+        if retry:
+            result.dead_letters = [dl for dl in result.dead_letters if dl["offset"] not in lost]
+            result.outcomes["dead_letter:bad_field"] -= len(retry)
+            if result.outcomes["dead_letter:bad_field"] <= 0:
+                del result.outcomes["dead_letter:bad_field"]
+            result.extend(self.process([Incoming(raw=ev, topic="reprocess") for ev in retry]))
         self.store.flush()
         if done is not None:
             summary = {"outcomes": dict(result.outcomes), "decisions": dict(result.decisions)}

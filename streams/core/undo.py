@@ -113,8 +113,15 @@ def _undo_pass(store: MemoryStore, record: dict[str, Any], decision_id: str, cha
     before_all: dict[str, dict[str, Any]] = record.get("before", {})
     ours = set(before_all) | set(record.get("created", []))
 
+    after: dict[str, dict[str, Any]] | None = record.get("after")
+
     def as_left(m: Memory) -> bool:
-        """No decision touched it after the pass (every decision appends its id)."""
+        """Its status and links are what the pass left (a record from before "after" was kept: no decision
+        touched it since, every decision appending its id)."""
+        if after is not None:
+            left = after.get(m.memory_id)
+            return left is not None and all(
+                (list(v) if isinstance(v := getattr(m, k), list) else v) == left.get(k) for k in left)
         return bool(m.decision_ids) and m.decision_ids[-1] == decision_id
 
     for mid, fields in before_all.items():

@@ -20,6 +20,7 @@ Errors are JSON `{"error": ...}` with a 4xx status. Auth: with DREAM_API_TOKEN s
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hmac
 import ipaddress
@@ -132,7 +133,11 @@ class MemoriesView(View):
     async def post(self, request: Request) -> Response:
         """Add a memory (or a JSON list of them): `user_id` and `text` required; 202 with the ids."""
         events = memories.new_events(await _read_json(request))  # InvalidEvent: a 400 with its reason
-        stored = await on_store_thread((await processor()).store.retrieve, [e["memory_id"] for e in events])
+        try:  # best effort: a busy or failing store must not stop adds (ingest dead-letters a conflict anyway)
+            stored = await asyncio.wait_for(
+                on_store_thread((await processor()).store.retrieve, [e["memory_id"] for e in events]), 2.0)
+        except Exception:  # noqa: BLE001
+            stored = {}
         taken = [e["memory_id"] for e in events if e["memory_id"] in stored and (
             stored[e["memory_id"]].user_id != e["user_id"] or stored[e["memory_id"]].text != e["text"])]
         if taken:  # ingest would dead-letter it: say so now, not after a 202 and a wait that never ends

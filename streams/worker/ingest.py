@@ -160,6 +160,7 @@ async def ingest(stream: faust.StreamT) -> None:
     ledger: InputOffsets[Any] = InputOffsets(reseek_after=max(2.0, settings.stall_seconds / 3))
     _runtime["ledger"] = ledger  # the watchdog reads it
     failures = 0
+    refused = 0  # batches in a row whose events the broker refused: their own backoff, reset by a commit
     # take_events (not take) keeps each message's topic, partition and offset for dead letters.
     async for events in stream.take_events(settings.batch_size, within=settings.batch_within):  # type: ignore[attr-defined]
         batch = await admit(ledger, events)
@@ -180,8 +181,8 @@ async def ingest(stream: faust.StreamT) -> None:
         try:
             await publish(result)  # delivered, or it raises
         except Exception as exc:  # stored, not published: read again, the redelivery sends the events again
-            failures += 1
-            await read_again(exc, failures, batch, ledger)
+            refused += 1
+            await read_again(exc, refused, batch, ledger, fault="broker")
             continue
         faults.point("published")
         if result.outbox_owners:
@@ -193,6 +194,9 @@ async def ingest(stream: faust.StreamT) -> None:
                 continue
         faults.point("marked")
         await commit(batch.upto)
+        if refused:
+            store_recovered(refused, "broker")
+        refused = 0
         health.recovered("ingest")
         if result.dead_letters:
             log.warning("batch of %d: %d dead letters", len(items), len(result.dead_letters))
@@ -232,12 +236,13 @@ async def send_unsent(proc: Processor) -> None:
         log.info("sent %d status events a crash had left unpublished", len(unsent.status_events))
 
 
-async def read_again(exc: BaseException, failures: int, batch: Any, ledger: InputOffsets[Any]) -> None:
+async def read_again(exc: BaseException, failures: int, batch: Any, ledger: InputOffsets[Any],
+                     fault: str = "store") -> None:
     """A batch the store failed (a write, or marking its events sent), or whose events the broker refused:
     nothing is committed past it;
     its partitions are sought back to it and read again after a backoff (a store fault, not a crash:
     stored memories are found again as redeliveries, unsent events sent again, deduplicable)."""
-    store_fault(exc, failures, len(batch.items))
+    store_fault(exc, failures, len(batch.items), fault)
     metrics.input_record("store_failed", len(batch.items))
     for tp, offset in batch.first.items():
         ledger.rewind(tp, offset, time.monotonic())
@@ -245,19 +250,20 @@ async def read_again(exc: BaseException, failures: int, batch: Any, ledger: Inpu
     await asyncio.sleep(min(30.0, 0.5 * 2 ** min(failures, 6)))
 
 
-def store_fault(exc: BaseException, failures: int, items: int) -> None:
-    """Logged once per fault with its cause (not once per retry); the worker turns not ready."""
+def store_fault(exc: BaseException, failures: int, items: int, fault: str = "store") -> None:
+    """Logged once per fault with its cause (not once per retry); the worker turns not ready. `fault`: what
+    failed, the store (a write) or the broker (it refused the batch's events)."""
     cause = f"{type(exc).__name__}: {exc}"
     if failures == 1:
-        log.error("store fault, pausing ingest and retrying with backoff (%d records held, nothing "
-                  "committed past them): %s", items, cause, exc_info=not isinstance(exc, StoreError))
+        log.error("%s fault, pausing ingest and retrying with backoff (%d records held, nothing "
+                  "committed past them): %s", fault, items, cause, exc_info=not isinstance(exc, StoreError))
     _runtime["store_fault"] = cause
     _runtime.setdefault("store_fault_since", time.monotonic())
     metrics.STORE_FAULT.set(1)
 
 
-def store_recovered(failures: int) -> None:
-    log.warning("store fault cleared after %d retries: ingest resumed", failures)
+def store_recovered(failures: int, fault: str = "store") -> None:
+    log.warning("%s fault cleared after %d retries: ingest resumed", fault, failures)
     _runtime.pop("store_fault", None)
     _runtime.pop("store_fault_since", None)
     metrics.STORE_FAULT.set(0 if "flush_fault" not in _runtime else 1)

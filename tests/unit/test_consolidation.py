@@ -520,3 +520,27 @@ def test_erasing_a_user_forgets_their_pending_plans(proc: Processor, tmp_path: P
     assert runner.forget_plans(str(tmp_path), "u1") == 1
     assert [p.name for p in (tmp_path / runner.PLANS_DIR).iterdir()] == [other.name]
     assert "Use PostgreSQL" not in other.read_text() and plan["plan_id"] not in other.name
+
+
+def test_a_review_flag_since_does_not_stop_a_pass_undo(proc: Processor) -> None:
+    """A review item raised against the pass's new memory changes no status or link: undoing the pass still
+    expires that memory, so the originals are not shown twice."""
+    from dreamstream.agents.decisions import Decision
+    from dreamstream.streams.core.ingest import Incoming
+
+    plan, _ = runner.make_plan(proc.store, "u1", "proj", cons.DEFAULT_RETENTION, now=NOW)
+    outcome, _ = runner.apply_plan(proc.store, proc.embed, plan, {})
+    assert outcome.decision_id is not None
+    canonical = proc.store.retrieve(["pg-1"])["pg-1"].merged_into
+
+    def flag(new: Memory, cands: list[Memory]) -> list[Decision]:
+        return [Decision("review", new.memory_id, new.user_id, (canonical,), judge="test", rule="test",
+                         detail={"proposal": "merge"})] if any(c.memory_id == canonical for c in cands) else []
+
+    event = {"type": "memory.added", "event_id": "e-n", "memory_id": "n-1", "user_id": "u1", "app_id": "proj",
+             "text": "Auth uses Postgres, maybe 16 soon.", "created_at": "2026-12-02T10:00:00Z"}
+    assert dict(Processor(proc.store, proc.embed, decide=flag).process([Incoming(raw=event)]).decisions) == {
+        "review": 1}
+    proc.undo(outcome.decision_id)
+    got = proc.store.retrieve(["pg-1", "pg-2", canonical])
+    assert (got["pg-1"].status, got["pg-2"].status, got[canonical].status) == ("active", "active", "expired")

@@ -275,3 +275,19 @@ def test_two_quick_edits_of_one_memory_both_land(proc: Processor, one_batch: boo
     got = proc.store.retrieve(["m-1", first["memory_id"]])
     assert got["m-1"].superseded_by == first["memory_id"] and got[first["memory_id"]].superseded_by == \
         second["memory_id"]
+
+
+def test_reprocess_keeps_an_update_whose_original_the_new_order_merged_away(edge_store, embedder,
+                                                                            tmp_path) -> None:
+    """Reprocessed in created_at order, a memory written between the original and its update merges the
+    original away; the update then has no current version to replace, and the judge decides it instead of
+    its text being lost with the old store."""
+    blind = Processor(edge_store, embedder, decide=lambda new, cands: [])
+    blind.process([Incoming(raw=line(event(1, "u", "User has a dog named Rex.", day=1)))])
+    update = memories.update_event(edge_store, "m-u-1", "u", {"text": "User has a dog named Rex and a cat named Tom."})
+    blind.process([Incoming(raw=line(update))])
+    blind.process([Incoming(raw=line(event(2, "u", "My dog Rex is a 3-year-old golden retriever.", day=3)))])
+    result = Processor(edge_store, embedder).reprocess_user("u", str(tmp_path / "backup"))
+    assert not result.dead_letters
+    texts = {m.text: m.status for m in edge_store.scroll({"user_id": "u"})}
+    assert texts["User has a dog named Rex and a cat named Tom."] == "active"
