@@ -178,16 +178,22 @@ def test_the_reader_groups_from_the_persons_own_current_facts(edge_store: Any, e
     assert again.themes_by == "llm" and len(ThemeChat.prompts) == asked + 1
 
 
+def first_reading(store: Any, embedder: Any, chat: str, tmp_path: Path) -> tuple[Any, LLMThemeReader, Memory]:
+    """u1's memories stored, synthesis on, one reading done: its state, its reader and the fitness pattern."""
+    ingest(Processor(store, embedder), events("u1", texts=TEXTS))
+    state = runner.SynthesisState.load(tmp_path / "state.json")
+    runner.enable(state, None, T0)
+    reader = LLMThemeReader(ChatEndpoint(chat, "test-model").ask_json)
+    synth_run(store, embedder, state, force=True, read_themes=reader)
+    [pattern] = patterns(store)
+    return state, reader, pattern
+
+
 def test_a_reading_retires_no_pattern_it_was_not_shown(edge_store: Any, embedder: Any, chat: str,
                                                        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A long record shows the reader only its most recent lines: a pattern whose evidence all lies before
     them cannot be named, so that reading does not retire it; one whose evidence it saw and did not name, does."""
-    ingest(Processor(edge_store, embedder), events("u1", texts=TEXTS))
-    state = runner.SynthesisState.load(tmp_path / "state.json")
-    runner.enable(state, None, T0)
-    reader = LLMThemeReader(ChatEndpoint(chat, "test-model").ask_json)
-    synth_run(edge_store, embedder, state, force=True, read_themes=reader)
-    [fitness] = patterns(edge_store)
+    state, reader, fitness = first_reading(edge_store, embedder, chat, tmp_path)
     base = events("u1", texts=TEXTS)[0]
     later = ["Spent Christmas in Valencia with her parents.", "Sold the grey Volvo estate.",
              "Moved to a bigger flat in Lisbon.", "Flew back to Valencia for a cousin's wedding."]
@@ -212,12 +218,7 @@ def test_a_theme_worded_anew_is_stored_and_a_retired_one_comes_back(edge_store: 
                                                                       tmp_path: Path) -> None:
     """The same members in new words rewrite the pattern (its event is a new one, not a reused event_id), and
     a retired pattern named again, in other words, is active again with its id."""
-    ingest(Processor(edge_store, embedder), events("u1", texts=TEXTS))
-    state = runner.SynthesisState.load(tmp_path / "state.json")
-    runner.enable(state, None, T0)
-    reader = LLMThemeReader(ChatEndpoint(chat, "test-model").ask_json)
-    synth_run(edge_store, embedder, state, force=True, read_themes=reader)
-    [first] = patterns(edge_store)
+    state, reader, first = first_reading(edge_store, embedder, chat, tmp_path)
     base = events("u1", texts=TEXTS)[0]
 
     def add(i: int, text: str) -> None:
