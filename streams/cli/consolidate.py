@@ -136,7 +136,7 @@ async def finish_interrupted(store: Any, store_dir: str | None) -> None:
     and its status events sent, with those an earlier command was killed before sending."""
     from dreamstream.streams.core import changes
 
-    events = changes.recover(store)
+    events = changes.recover(store, grace_seconds=120.0 if settings.qdrant_url else 0.0)  # workers mid-write
     if events:
         click.echo(f"finished an interrupted change ({len(events)} status events)", err=True)
     events += changes.unsent_of_writers(store)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dreamstream.schemas.memory import Memory
@@ -103,16 +104,22 @@ def roll_forward(store: MemoryStore, holder: str, pending: dict[str, dict[str, A
     faults.point("applied")
 
 
-def recover(store: MemoryStore) -> list[dict[str, Any]]:
+def recover(store: MemoryStore, grace_seconds: float = 0.0) -> list[dict[str, Any]]:
     """Finishes every change (and ingest decision) a crash left half-applied; returns their status
     events, still unsent (the worker sends every unsent event at its start; the CLI sends these).
 
     Every holder of an intent has unsent events, so the unsent ones are where to look. Targets that
-    are gone (a user erased meanwhile) are skipped."""
+    are gone (a user erased meanwhile) are skipped. With a shared (server) store other workers may be in
+    the middle of their own writes: `grace_seconds` leaves intents younger than that to their writer (or
+    its redelivery), and each holder is read again just before its intent is finished."""
     events: list[dict[str, Any]] = []
-    for memory in list(store.scroll({"outbox_state": "unsent"})):
-        if not memory.pending:
+    cutoff = (datetime.now(UTC) - timedelta(seconds=grace_seconds)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    for listed in list(store.scroll({"outbox_state": "unsent"})):
+        if not listed.pending or (grace_seconds and listed.updated_at > cutoff):
             continue
+        memory = store.retrieve([listed.memory_id]).get(listed.memory_id)
+        if memory is None or not memory.pending:
+            continue  # finished meanwhile by its own writer
         present = store.retrieve(list(memory.pending))
         pending = {mid: fields for mid, fields in memory.pending.items()
                    if mid in present or fields.get(DELETE)}

@@ -38,6 +38,10 @@ Embed = Callable[[Sequence[str]], np.ndarray]
 Features = dict[str, Any] | None
 
 
+REPROCESS_BATCH = 256
+"""Memories per write when reprocessing a user (a worker's batch is about this size too)."""
+
+
 @dataclass(frozen=True)
 class Incoming:
     """One raw record and where it came from (for the dead-letter record); `key` is its Kafka key
@@ -680,7 +684,12 @@ class Processor:
             self.store.flush()
             changes.write_durably(deleted, b"")
         faults.point("stored")
-        result = self.process([Incoming(raw=ev, topic="reprocess", offset=i) for i, ev in enumerate(events)])
+        # In batches as ingest writes them: one upsert of a large user's every memory is more than a Qdrant
+        # server takes in one request (32 MB), and the user's memories were deleted above.
+        result = BatchResult()
+        for start in range(0, len(events), REPROCESS_BATCH):
+            result.extend(self.process([Incoming(raw=ev, topic="reprocess", offset=start + i)
+                                        for i, ev in enumerate(events[start:start + REPROCESS_BATCH])]))
         # A person's update whose original is no current fact in the new order (the judge merged it away, a
         # memory created in between): its text must not be lost with the old store, so the judge decides it.
         lost = {dl["offset"] for dl in result.dead_letters if dl["reason"] == "bad_field"

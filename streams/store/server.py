@@ -47,11 +47,19 @@ class ServerStore:
             QdrantClient(url=url, api_key=api_key, check_compatibility=False)
         self.local = bool(location)
         if not self.client.collection_exists(collection):
-            self.client.create_collection(
-                collection, vectors_config=models.VectorParams(size=VECTOR_SIZE, distance=models.Distance.COSINE)
-            )
-            if not location:  # local mode ignores payload indexes and warns about them
-                for name in INDEXED_FIELDS:
+            try:
+                self.client.create_collection(
+                    collection, vectors_config=models.VectorParams(size=VECTOR_SIZE, distance=models.Distance.COSINE)
+                )
+            except Exception:  # another worker created it first (a 409): fine if it is there now
+                if not self.client.collection_exists(collection):
+                    raise
+        if not location:  # local mode ignores payload indexes and warns about them
+            # On every open, not only on creation: a worker killed between the two would leave the collection
+            # without them for good, and every filtered read would scan.
+            have = set((self.client.get_collection(collection).payload_schema or {}).keys())
+            for name in INDEXED_FIELDS:
+                if name not in have:
                     self.client.create_payload_index(collection, name, models.PayloadSchemaType.KEYWORD)
 
     def _filter(self, where: Where | None) -> Any:

@@ -69,6 +69,8 @@ dead_letter_topic = app.topic(t.dead_letters, partitions=t.partitions, key_type=
 ingest_channel = app.topic(t.memory_added, t.patterns, key_type=bytes, value_type=bytes, acks=False)
 """Acks off: ingest commits these offsets itself, after the store write (worker/offsets.py says why)."""
 
+RECOVER_GRACE_S = 120.0
+"""How old an unfinished intent on a shared store must be before a starting worker finishes it."""
 _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dream-store")
 _runtime: dict[str, Any] = {}
 
@@ -78,7 +80,9 @@ def _build_processor() -> Processor:
              f"http://{settings.http_host}:{settings.http_port}/v1/memories?user=...")
     store = metrics.TimedStore(open_configured(settings, owner=owner))
     _runtime["store"] = store
-    finished = changes.recover(store)  # a writer a crash interrupted: finished before anything reads
+    # A writer a crash interrupted: finished before anything reads. On a shared server store other workers
+    # may be mid-write: their young intents are theirs (or their redelivery's) to finish.
+    finished = changes.recover(store, grace_seconds=RECOVER_GRACE_S if settings.qdrant_url else 0.0)
     if finished:
         log.warning("finished changes a crash had left half-applied (%d status events to send)", len(finished))
     return Processor(store, shared_embedder(), keep_outbox=True)

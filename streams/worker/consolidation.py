@@ -120,9 +120,22 @@ async def run_due(now: datetime) -> list[dict[str, Any]]:
                                  if k in details}
             log.info("scheduled consolidation %s: %s", sid, details.get("line") or details.get("message"))
             done.append(details)
-        await schedule_updates_topic.send(key=sid.encode(), value=orjson.dumps(entry))
+        # Only what this firing changed, for the registration it fired: a schedule changed, or removed and
+        # added again, while the pass ran keeps its new settings (the update is not a copy of the old entry).
+        fired_fields = {k: entry[k] for k in ("schedule_id", "registered_at", "last_fired", "firings", "last_run")
+                        if k in entry}
+        await schedule_updates_topic.send(key=sid.encode(), value=orjson.dumps(fired_fields))
         _fired[sid] = entry["last_fired"]
     return done
+
+
+def fired_update(current: dict[str, Any] | None, update: dict[str, Any]) -> dict[str, Any] | None:
+    """The schedule entry after a firing's update, or None to leave the table as it is: a schedule removed
+    meanwhile stays removed, one registered again meanwhile (another spec) keeps its new registration (the
+    firing was the old one's), and only the firing's own fields change."""
+    if not current or current.get("registered_at") != update.get("registered_at"):
+        return None
+    return {**current, **{k: v for k, v in update.items() if k in ("last_fired", "firings", "last_run")}}
 
 
 _fired: dict[str, str] = {}
@@ -133,9 +146,10 @@ _fired: dict[str, str] = {}
 async def schedule_updates(stream: faust.StreamT) -> None:
     async for event in stream.events():
         try:
-            entry = orjson.loads(event.value)
-            if schedules_table.get(entry["schedule_id"]):  # removed meanwhile: stays removed
-                schedules_table[entry["schedule_id"]] = entry
+            update = orjson.loads(event.value)
+            after = fired_update(schedules_table.get(update["schedule_id"]), update)
+            if after is not None:
+                schedules_table[update["schedule_id"]] = after  # reassign: only a set reaches the changelog
             health.recovered("consolidation.schedules")
         except Exception as exc:  # a bad record must not stop the stream
             health.failed("consolidation.schedules", exc)

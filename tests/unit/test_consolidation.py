@@ -544,3 +544,19 @@ def test_a_review_flag_since_does_not_stop_a_pass_undo(proc: Processor) -> None:
     proc.undo(outcome.decision_id)
     got = proc.store.retrieve(["pg-1", "pg-2", canonical])
     assert (got["pg-1"].status, got["pg-2"].status, got[canonical].status) == ("active", "active", "expired")
+
+
+def test_a_firings_update_never_undoes_a_schedule_changed_meanwhile() -> None:
+    """The worker's firing sends only what it changed, for the registration it fired: a schedule registered
+    again (another spec) while the pass ran keeps its new spec, and a removed one stays removed."""
+    from dreamstream.streams.worker.consolidation import fired_update
+
+    old = {"schedule_id": "s", "user": "u1", "schedule": "daily", "registered_at": "2026-12-01T00:00:00Z",
+           "last_fired": None, "firings": 0, "last_run": None}
+    fired = {"schedule_id": "s", "registered_at": old["registered_at"], "last_fired": "2026-12-02T03:00:00Z",
+             "firings": 1, "last_run": {"line": "merged=0"}}
+    assert fired_update(old, fired) == {**old, "last_fired": fired["last_fired"], "firings": 1,
+                                        "last_run": {"line": "merged=0"}}
+    again = {**old, "schedule": "weekly", "registered_at": "2026-12-02T03:00:01Z"}
+    assert fired_update(again, fired) is None and fired_update(None, fired) is None
+    assert fired_update(old, {**fired, "schedule": "hourly"})["schedule"] == "daily"  # type: ignore[index]

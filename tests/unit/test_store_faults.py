@@ -157,3 +157,26 @@ def test_a_second_worker_on_a_held_embedded_store_is_refused_before_it_joins(tmp
     assert out.returncode == 1
     [line] = out.stderr.strip().splitlines()
     assert "in use by worker pid 4242" in line and "QDRANT_URL" in line
+
+
+def test_a_server_collection_gets_its_missing_payload_indexes_on_open(qdrant_url: str | None) -> None:
+    """A worker killed between creating the collection and its indexes left it without them for good, and
+    every filtered read scanned: each open now adds whatever index is missing."""
+    import uuid
+
+    from dreamstream.streams.store import ServerStore
+    from dreamstream.streams.store.base import INDEXED_FIELDS
+
+    if qdrant_url is None:
+        pytest.skip("no Qdrant server: ../shared/bin/qdrant-server is missing and QDRANT_URL is unset")
+    name = f"test_{uuid.uuid4().hex[:12]}"
+    first = ServerStore(url=qdrant_url, collection=name)
+    try:
+        first.client.delete_payload_index(name, "user_id")
+        assert "user_id" not in (first.client.get_collection(name).payload_schema or {})
+        again = ServerStore(url=qdrant_url, collection=name)
+        assert set(INDEXED_FIELDS) <= set(again.client.get_collection(name).payload_schema or {})
+        again.close()
+    finally:
+        first.client.delete_collection(name)
+        first.close()
