@@ -181,11 +181,6 @@ class _Batch:
     """New memory id -> the memory it replaces (an update the user asked for)."""
     _at: dict[str, int] = field(default_factory=dict)
 
-    def added(self, memory_id: str) -> Memory | None:
-        """A memory this batch itself added (decided already), or None."""
-        at = self._at.get(memory_id)
-        return self.new[at] if at is not None else None
-
     def current(self, stored: Memory) -> Memory | None:
         """The batch's latest copy of a prefetched memory, or None when it is no longer an active fact."""
         latest = self.changed.get(stored.memory_id, stored)
@@ -529,18 +524,17 @@ class Processor:
     def _current_version(self, memory_id: str, user_id: str, batch: _Batch) -> Memory | None:
         """The user's current version of a fact: itself while active, else what its updates led to (two quick
         edits of one memory: the second arrives after the first superseded it). A copy, or None."""
-        node = batch.added(memory_id) or self.store.retrieve([memory_id]).get(memory_id)
         seen: set[str] = set()
-        while node is not None and node.user_id == user_id and node.memory_id not in seen:
-            seen.add(node.memory_id)
-            latest = batch.current(node) if batch.added(node.memory_id) is None else node
-            if latest is not None and latest.status == "active" and latest.kind == "fact":
-                return copy.copy(latest)
-            after = batch.changed.get(node.memory_id, node)
-            nxt = after.superseded_by if after.status == "superseded" else None
-            if nxt is None:
+        nxt: str | None = memory_id
+        while nxt is not None and nxt not in seen:
+            seen.add(nxt)
+            # The batch's copy first (what it added or changed already), else the store's.
+            node = batch.changed.get(nxt) or self.store.retrieve([nxt]).get(nxt)
+            if node is None or node.user_id != user_id:
                 return None
-            node = batch.added(nxt) or self.store.retrieve([nxt]).get(nxt)
+            if node.status == "active" and node.kind == "fact":
+                return copy.copy(node)
+            nxt = node.superseded_by if node.status == "superseded" else None
         return None
 
     def _write(self, batch: _Batch) -> None:
