@@ -82,9 +82,11 @@ def worker(args: tuple[str, ...]) -> None:
 def replay(file: Path, store_dir: str | None, dead_path: Path | None,
                  batch_size: int, synthesis: bool) -> None:
     """Push a JSONL file of events through the agents in process, no broker, into the store."""
+    from dreamstream.streams.core.ingest import tune_gc
     from dreamstream.streams.core.judges import pattern_writer_from_settings, theme_reader_from_settings
     from dreamstream.streams.core.replay import ReplaySummary, replay_file, replay_with_synthesis, writable_dead_letters
 
+    tune_gc()
     writable_dead_letters(file, dead_path)  # before the store is made or anything stored
     store = open_configured_store(store_dir, create=True)
     summary: ReplaySummary

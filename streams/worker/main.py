@@ -10,6 +10,7 @@ import socket
 import sys
 
 from dreamstream.schemas.errors import ConfigError, StoreLocked
+from dreamstream.streams.core.ingest import tune_gc
 from dreamstream.streams.store.edge import lock_holder
 from dreamstream.streams.worker import api, consolidation, control, ingest, synthesis, watchdog, web
 from dreamstream.streams.worker.app import app, settings
@@ -54,5 +55,6 @@ def run(args: list[str]) -> None:
     refuse_a_held_store()
     fold_client_noise()
     ensure_topics_sync(settings)
+    tune_gc()
     sys.argv[:] = ["dream", "worker", *args]  # in place: faust bound the list object as a default
     app.main()

@@ -37,6 +37,20 @@ def test_a_file_without_a_single_event_fails_the_replay(tmp_path: Path) -> None:
     assert "Error: none of the 3 lines of" in out.stderr and "is a memory event" in out.stderr
 
 
+def test_a_replay_runs_the_cycle_collector_rarely(tmp_path: Path) -> None:
+    """Ingest allocates millions of short-lived objects (store hits); at Python's default thresholds the
+    collector scanned the model and tables hundreds of times a second (core/ingest.py GC_THRESHOLDS)."""
+    events = tmp_path / "events.jsonl"
+    events.write_bytes(b"\n".join(GOOD[:2]) + b"\n")
+    code = ("import gc, sys; from dreamstream.streams.cli.main import dream\n"
+            "try:\n    dream(sys.argv[1:], standalone_mode=False)\nexcept SystemExit:\n    pass\n"
+            "print(gc.get_threshold())")
+    out = subprocess.run([sys.executable, "-c", code, "replay", str(events), "--store", str(tmp_path / "s")],
+                         capture_output=True, text=True, timeout=300, env=ENV)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "(100000, 50, 100)"
+
+
 def test_an_unknown_decision_is_one_line(tmp_path: Path, embedder: Any) -> None:
     from dreamstream.streams.store import EdgeStore
 
