@@ -189,6 +189,8 @@ async def consolidate(user: str | None, app_id: str | None, auto: bool, dry_run:
     if light or full:
         store = open_configured_store(store_dir)
         try:
+            if not dry_run:  # a pass or undo a crash left half-applied is finished before anything is decided
+                await finish_interrupted(store, store_dir)
             where: dict[str, Any] = {"status": "active", "kind": "fact", **({"user_id": user} if user else {})}
             kind = "Full consolidation" if full else "Light consolidation"
             with progress_bar(store.count(where), kind) as bar:

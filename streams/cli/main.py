@@ -7,6 +7,7 @@ command that touches the store takes `--store DIR` for the embedded store (or us
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 from importlib.metadata import version
@@ -82,6 +83,7 @@ def worker(args: tuple[str, ...]) -> None:
 def replay(file: Path, store_dir: str | None, dead_path: Path | None,
                  batch_size: int, synthesis: bool) -> None:
     """Push a JSONL file of events through the agents in process, no broker, into the store."""
+    from dreamstream.streams.cli.consolidate import finish_interrupted
     from dreamstream.streams.core.ingest import tune_gc
     from dreamstream.streams.core.judges import pattern_writer_from_settings, theme_reader_from_settings
     from dreamstream.streams.core.replay import ReplaySummary, replay_file, replay_with_synthesis, writable_dead_letters
@@ -91,6 +93,7 @@ def replay(file: Path, store_dir: str | None, dead_path: Path | None,
     store = open_configured_store(store_dir, create=True)
     summary: ReplaySummary
     try:
+        asyncio.run(finish_interrupted(store, store_dir))  # a pass or undo a crash left half-applied first
         with progress_bar(sum(1 for line in file.open("rb") if line.strip()), "Replaying events") as bar:
             if synthesis:
                 summary = replay_with_synthesis(file, store, state_for(store_dir), batch_size=batch_size,

@@ -5,6 +5,7 @@ Command bodies import the services they use (see cli/main.py).
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import click
@@ -75,6 +76,7 @@ def synthesize(store_dir: str | None, user: str | None, all_users: bool,
     """Synthesise patterns for one user or all users (gates: enabled project, 20+ memories, cadence)."""
     if bool(user) == all_users:
         raise click.UsageError("give exactly one of --user U or --all")
+    from dreamstream.streams.cli.consolidate import finish_interrupted
     from dreamstream.streams.core import synthesis as runner
     from dreamstream.streams.core.embedding import shared_embedder
     from dreamstream.streams.core.ingest import Processor
@@ -84,14 +86,17 @@ def synthesize(store_dir: str | None, user: str | None, all_users: bool,
     store, state = open_configured_store(store_dir), state_for(store_dir)
     embed = shared_embedder()
     try:
+        asyncio.run(finish_interrupted(store, store_dir))  # a pass or undo a crash left half-applied first
         records = runner.run_due(store, embed, runner._now(), state, force=now,
                                  users=[user] if user else None,
                                  write_text=pattern_writer_from_settings(settings),
-                                 read_themes=theme_reader_from_settings(settings))
+                                 read_themes=theme_reader_from_settings(settings), save=False)
         if user and not records:
             records = [runner.RunRecord(user_id=user, reason="no memories")]
         feed(Processor(store, embed), records)
         store.flush()
+        if any(r.ran for r in records):
+            state.save()  # only once the patterns are stored: a failed run is run again, not skipped
         for r in records:
             click.echo(r.describe())
     finally:

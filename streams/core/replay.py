@@ -213,7 +213,7 @@ def replay_with_synthesis(
     def synth(now: str, force: bool) -> BatchResult:
         t0 = time.perf_counter()
         records = synthesis.run_due(store, embed, now, state, force=force, cadence_days=cadence_days,
-                                 write_text=write_text, read_themes=read_themes)
+                                 write_text=write_text, read_themes=read_themes, save=False)
         ran = [r for r in records if r.ran]
         summary.runs += len(ran)
         summary.patterns_written += sum(r.patterns_written for r in ran)
@@ -221,6 +221,8 @@ def replay_with_synthesis(
         summary.patterns_retired += sum(r.patterns_retired for r in ran)
         summary.grouped_offline += sum(r.theme_fallback for r in ran)
         result = feed(processor, ran, source=f"{path}#synthesis")
+        if ran:
+            state.save()  # only once the patterns are stored (synthesis.run_due)
         summary.synth_seconds += time.perf_counter() - t0
         return result
 

@@ -395,8 +395,11 @@ def run_due(
     users: Iterable[str] | None = None,
     write_text: WriteText | None = None,
     read_themes: ReadThemes | None = None,
+    save: bool = True,
 ) -> list[RunRecord]:
-    """Every user (or the given ones) whose gates pass at `now`; one record per user looked at."""
+    """Every user (or the given ones) whose gates pass at `now`; one record per user looked at. With
+    `save=False` the caller saves `state` once the records' patterns are stored: a run whose patterns
+    could not be written (a full disk) must not count, or the user waits a whole cadence for them."""
     by_user: dict[str, list[Memory]] = defaultdict(list)
     wanted = set(users) if users is not None else None
     where = {"user_id": sorted(wanted)} if wanted else None
@@ -406,7 +409,7 @@ def run_due(
         by_user[m.user_id].append(m)
     records = [run_memories(u, by_user[u], embed, now, state, force, cadence_days, write_text, read_themes)
                for u in sorted(by_user)]
-    if any(r.ran for r in records):
+    if save and any(r.ran for r in records):
         state.save()
     return records
 
