@@ -156,8 +156,13 @@ def _read_params(user_id: str, query: str | None, latest_only: bool, include_mer
 
 
 def _seg(value: str) -> str:
-    """One path segment: an id may hold `#`, `?` or `%`, which would otherwise cut or change the path."""
-    return quote(str(value), safe="")
+    """One path segment: an id may hold `#`, `?` or `%`, which would otherwise cut or change the path.
+    `.` and `..` cannot be one (a URL drops or climbs them: `/v1/memories/.` is the listing), so no
+    stored memory can be reached by them: refused here, in one line."""
+    text = str(value)
+    if text in (".", "..", ""):
+        raise DreamError(f"{text!r} cannot name a memory, user, decision or plan in a URL")
+    return quote(text, safe="")
 
 
 def _field(body: Any, key: str) -> Any:

@@ -10,11 +10,15 @@ a history row names what replaced it.
 
 from __future__ import annotations
 
+import ipaddress
+import logging
 from typing import Any
 
 import click
 
 from dreamstream.streams.cli.common import settings
+
+log = logging.getLogger("dreamstream.mcp")
 
 
 def build(url: str, token: str | None) -> Any:
@@ -39,12 +43,17 @@ def build(url: str, token: str | None) -> Any:
 
     async def call(fn: Any) -> dict[str, Any]:
         """One API call; a refusal, a worker that is down or slow is a tool error (`is_error`) with the
-        client's one-line reason, never a success and never a traceback."""
+        client's one-line reason, never a success and never a traceback. Anything else unexpected (an
+        answer the client cannot read) is a one-line tool error too, logged with its traceback here."""
         async with AsyncClient(url, token) as api:
             try:
                 result: dict[str, Any] = await fn(api)
             except DreamError as exc:
                 raise ToolError(str(exc)) from None
+            except Exception as exc:
+                log.warning("tool call failed: %s: %s", type(exc).__name__, exc)
+                log.debug("tool call failed", exc_info=True)
+                raise ToolError(f"unexpected {type(exc).__name__}: {exc}") from None
         return result
 
     @server.tool()
@@ -71,10 +80,12 @@ def build(url: str, token: str | None) -> Any:
         return await call(go)
 
     @server.tool()
-    async def list_memories(user_id: str, latest_only: bool = False, limit: int = 100) -> dict[str, Any]:
-        """A user's memories, current facts first, then history (latest_only: current ones only)."""
+    async def list_memories(user_id: str, latest_only: bool = False, limit: int = 100,
+                            cursor: str | None = None) -> dict[str, Any]:
+        """A user's memories, current facts first, then history (latest_only: current ones only). More
+        than `limit`: pass the `next_cursor` it returns as `cursor` for the next page."""
         async def go(api: Any) -> dict[str, Any]:
-            page = await api.list(user_id, latest_only=latest_only, limit=limit)
+            page = await api.list(user_id, latest_only=latest_only, limit=limit, cursor=cursor)
             return {"memories": [row(m) for m in page.memories], "next_cursor": page.next_cursor}
         return await call(go)
 
@@ -111,6 +122,16 @@ def build(url: str, token: str | None) -> Any:
     return server
 
 
+def loopback(host: str) -> bool:
+    """Whether an address to listen on is this machine's only (`localhost`, 127.0.0.0/8, ::1)."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve to anything
+
+
 @click.command()
 @click.option("--url", default=None, help="The worker's HTTP API (default: http://$DREAM_HTTP_HOST:$DREAM_HTTP_PORT).")
 @click.option("--token", default=None, help="Bearer token of the API (default: $DREAM_API_TOKEN).")
@@ -119,10 +140,13 @@ def build(url: str, token: str | None) -> Any:
 @click.option("--port", default=8765, show_default=True, help="streamable-http: port to listen on.")
 def mcp(url: str | None, token: str | None, transport: str, host: str, port: int) -> None:
     """Serve the memory to MCP clients (agents): add, search, get, history."""
-    import logging
-
     for name in ("httpx", "mcp"):  # not a line per request or per refused call on the agent's stderr
         logging.getLogger(name).setLevel(logging.WARNING)
+    if transport == "streamable-http" and not loopback(host):
+        raise click.BadParameter(
+            f"{host} is reachable from other machines, and this transport has no authentication of its own: "
+            "every caller would act with the API's token, for any user. Listen on 127.0.0.1 (or ::1) and put an "
+            "authenticating proxy in front of it for agents elsewhere", param_hint="--host")
     server = build(url or f"http://{settings.http_host}:{settings.http_port}", token or settings.api_token)
     if transport == "stdio":
         server.run("stdio")

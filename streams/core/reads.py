@@ -125,7 +125,8 @@ def current_first(memory: Memory) -> int:
 
 def replaced_by(store: MemoryStore, rows: list[dict[str, Any]]) -> None:
     """Each history (or merged) row names the memory that holds now, following a chain of
-    replacements, even when that memory is hidden in the read mode asked for. One store call per
+    replacements, even when that memory is hidden in the read mode asked for (its text too, unless it
+    was deleted: a deleted memory's words are shown nowhere). One store call per
     step of the longest chain, not per row."""
     known: dict[str, Memory] = {}
     heads = {r["memory_id"]: r.get("superseded_by") or r.get("merged_into") for r in rows}
@@ -143,8 +144,9 @@ def replaced_by(store: MemoryStore, rows: list[dict[str, Any]]) -> None:
             seen.add(target)
             final = known[target]
             target = final.superseded_by or final.merged_into
-        if final is not None:
-            row["replaced_by"] = {"memory_id": final.memory_id, "text": final.text, "status": final.status}
+        if final is not None:  # a deleted memory's text is hidden from every read: its id and status only
+            row["replaced_by"] = {"memory_id": final.memory_id, "status": final.status,
+                                  **({"text": final.text} if final.status != "deleted" else {})}
 
 
 def open_reviews(store: MemoryStore, memories: Sequence[Memory]) -> dict[str, dict[str, Any]]:

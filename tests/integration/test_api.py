@@ -179,10 +179,19 @@ def test_an_agent_uses_dream_mcp_through_the_sdk_client(worker: WorkerProcess) -
                     break
                 await asyncio.sleep(0.2)
             assert [r["text"] for r in rows] == ["Cy is allergic to peanuts.", "Cy is allergic to nuts."]
+            first = payload(await agent.call_tool("list_memories", {"user_id": "cy", "limit": 1}))
+            second = payload(await agent.call_tool("list_memories", {"user_id": "cy", "limit": 1,
+                                                                     "cursor": first["next_cursor"]}))
+            assert [r["text"] for r in first["memories"] + second["memories"]] == [r["text"] for r in rows]
             gone = payload(await agent.call_tool("delete_memory", {"user_id": "cy", "memory_id": fixed["memory_id"]}))
             assert gone["status"] == "deleted" and gone["decision_id"].startswith("del-")
             left = payload(await agent.call_tool("list_memories", {"user_id": "cy"}))["memories"]
             assert [r["memory_id"] for r in left] == [added["memory_id"]]  # the old version, still history
+            # It names what replaced it, not the deleted words.
+            assert left[0]["replaced_by"] == {"memory_id": fixed["memory_id"], "status": "deleted"}
+            for bad in (".", ".."):  # a URL drops or climbs these: a one-line tool error, not the listing
+                dotted = await agent.call_tool("get_memory", {"user_id": "cy", "memory_id": bad})
+                assert failed(dotted) and "cannot name a memory" in dotted.content[0].text
 
     asyncio.run(go())
 

@@ -71,6 +71,33 @@ def test_reads_list_current_facts_before_history(edge_store: Any, embedder: Any)
     assert listed.index("history") > max(i for i, x in enumerate(listed) if x == "current")
 
 
+def test_a_deleted_replacement_is_named_but_its_text_is_not_shown(edge_store: Any, embedder: Any) -> None:
+    """History replaced by a memory the user deleted says so, without the deleted words (an MCP audit read
+    a deleted correction's text through `replaced_by`)."""
+    from dreamstream.streams.core import memories
+
+    Processor(edge_store, embedder).process([Incoming(raw=r) for r in GOOD[:12]])  # Ana moved: m001 is history
+    history = [r for r in reads.get(edge_store, "user-ana") if r["label"] == "history"]
+    now = history[0]["replaced_by"]
+    assert now["text"] and now["status"] == "active"
+    memories.delete_memory(edge_store, now["memory_id"], "user-ana")
+    rows = [r for r in reads.get(edge_store, "user-ana", "include_merged")
+            + reads.search(edge_store, embedder, "user-ana", "where does the user live", limit=20)
+            if r["memory_id"] == history[0]["memory_id"]]
+    assert len(rows) == 2
+    for r in rows:
+        assert r["replaced_by"] == {"memory_id": now["memory_id"], "status": "deleted"}
+
+
+def test_mcp_over_http_listens_only_on_this_machine(tmp_path: Path) -> None:
+    """The transport has no authentication of its own and calls the API with its token: an address other
+    machines reach would hand every user's memory to anyone who can connect."""
+    for host in ("0.0.0.0", "192.0.2.7", "example.org"):
+        out = subprocess.run([DREAM, "mcp", "--transport", "streamable-http", "--host", host],
+                             capture_output=True, text=True, timeout=60, env=ENV)  # before: it served
+        assert out.returncode == 2 and "no authentication of its own" in out.stderr
+
+
 def test_stats_and_provenance_print_tables_and_json(tmp_path: Path, embedder: Any) -> None:
     import json
 
