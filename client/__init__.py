@@ -155,6 +155,12 @@ def _read_params(user_id: str, query: str | None, latest_only: bool, include_mer
     return params
 
 
+def _searchable(query: str) -> None:
+    """A search needs words: an empty query would silently read as a plain listing."""
+    if not str(query or "").strip():
+        raise DreamError("a search needs a query (to list a user's memories, use list)")
+
+
 def _seg(value: str) -> str:
     """One path segment: an id may hold `#`, `?` or `%`, which would otherwise cut or change the path.
     `.` and `..` cannot be one (a URL drops or climbs them: `/v1/memories/.` is the listing), so no
@@ -269,6 +275,7 @@ class Client:
     def search(self, user_id: str, query: str, *, latest_only: bool = False, include_merged: bool = False,
                limit: int = 10, cursor: str | None = None, threshold: float | None = None,
                metadata: Mapping[str, Any] | None = None, **filters: str | None) -> Page:
+        _searchable(query)
         params = _read_params(user_id, query, latest_only, include_merged, limit, cursor, filters, threshold, metadata)
         return _page(self._call("GET", "/v1/memories", params=params))
 
@@ -388,6 +395,7 @@ class AsyncClient:
     async def search(self, user_id: str, query: str, *, latest_only: bool = False, include_merged: bool = False,
                      limit: int = 10, cursor: str | None = None, threshold: float | None = None,
                      metadata: Mapping[str, Any] | None = None, **filters: str | None) -> Page:
+        _searchable(query)
         params = _read_params(user_id, query, latest_only, include_merged, limit, cursor, filters, threshold, metadata)
         return _page(await self._call("GET", "/v1/memories", params=params))
 
