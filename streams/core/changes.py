@@ -52,17 +52,35 @@ class Change:
         return not (self.creates or self.updates or self.deletes)
 
 
+TOMBSTONE: dict[str, Any] = {
+    "status": "deleted", "text": "", "text_key": None, "features": None, "metadata": {}, "decisions": [],
+    "conflicts": [], "links": {}, "access": {}, "sources": [], "supersedes": [], "merged_from": [],
+    "superseded_by": None, "merged_into": None}
+"""What a deleted holder keeps until its change's events are sent: its id, user and those events; no words."""
+
+
 def apply(store: MemoryStore, change: Change) -> None:
-    """Writes a change in the crash-safe order above (the holder must not be among the deletes); the
-    caller flushes."""
+    """Writes a change in the crash-safe order above; the caller flushes. A change that only deletes has
+    no memory to keep its intent on: its holder is one of the deleted, written first as a tombstone
+    (`TOMBSTONE`, hidden from every read) that carries the intent and the events, and is removed by
+    `sent` once they are published, so a crash before that loses none of them."""
     if change.empty:
         return
-    if change.holder in change.deletes:
-        raise ValueError(f"change {change.change_id}: its holder {change.holder} cannot be deleted")
     pending: dict[str, dict[str, Any]] = {
         mid: dict(fields) for mid, fields in change.updates.items() if mid != change.holder}
     for mid in change.deletes:
         pending[mid] = {DELETE: True}
+    if change.holder in change.deletes:
+        if change.creates or change.updates:
+            raise ValueError(f"change {change.change_id}: its holder {change.holder} cannot be deleted")
+        current = store.retrieve([change.holder]).get(change.holder)
+        if current is None:
+            raise KeyError(f"no memory {change.holder}")
+        store.update(change.holder, {**TOMBSTONE, "pending": pending, "outbox": [*current.outbox, *change.events],
+                                     "outbox_state": "unsent"})
+        faults.point("stored")
+        roll_forward(store, change.holder, pending)
+        return
     created = {m.memory_id: m for m in change.creates}
     holder = created.get(change.holder)
     if holder is not None:
@@ -90,8 +108,9 @@ def apply(store: MemoryStore, change: Change) -> None:
 
 
 def roll_forward(store: MemoryStore, holder: str, pending: dict[str, dict[str, Any]]) -> None:
-    """Writes each pending target (deletes last), then clears the holder's pending: every step repeats."""
-    deletes = [mid for mid, fields in pending.items() if fields.get(DELETE)]
+    """Writes each pending target (deletes last), then clears the holder's pending: every step repeats.
+    A tombstone holder (deleted by its own change) keeps only its own delete, which `sent` carries out."""
+    deletes = [mid for mid, fields in pending.items() if fields.get(DELETE) and mid != holder]
     for mid, fields in pending.items():
         if not fields.get(DELETE):
             store.update(mid, fields)
@@ -100,7 +119,7 @@ def roll_forward(store: MemoryStore, holder: str, pending: dict[str, dict[str, A
         store.delete(deletes)
         faults.point("target")
     if pending:
-        store.update(holder, {"pending": {}})
+        store.update(holder, {"pending": {holder: {DELETE: True}} if holder in pending else {}})
     faults.point("applied")
 
 
@@ -153,6 +172,9 @@ def sent(store: MemoryStore, events: Sequence[dict[str, Any]]) -> None:
     for m in list(store.scroll({"outbox_state": "unsent", "user_id": users})):
         rest = [ev for ev in m.outbox if event_key(ev) not in keys]
         if len(rest) < len(m.outbox):
+            if not rest and m.pending.get(m.memory_id, {}).get(DELETE):
+                store.delete([m.memory_id])  # a tombstone (`apply`): its events are out, it goes too
+                continue
             store.update(m.memory_id, {"outbox": rest, "outbox_state": "unsent" if rest else "sent"})
 
 

@@ -134,10 +134,9 @@ def apply_plan(
                                    pass_id=pass_id)
     if change.empty:
         return outcome, []
-    if change.holder:
-        changes.apply(store, change)
-    else:  # only hard deletes, nothing kept to carry the intent: one write, events from the caller
-        store.delete(change.deletes)
+    if not change.holder:  # only hard deletes: the first deleted carries the intent, as a tombstone
+        change.holder = change.deletes[0]
+    changes.apply(store, change)
     store.flush()
     return outcome, change.events
 

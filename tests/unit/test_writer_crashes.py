@@ -121,6 +121,28 @@ def test_undo_of_a_pass_killed_after_any_write_ends_as_a_clean_undo(tmp_path: Pa
     assert crashed == writes
 
 
+def test_a_pass_that_only_deletes_keeps_its_status_events_through_a_crash(tmp_path: Path, embedder: Any) -> None:
+    """A --hard-delete pass of prunes only keeps no memory; its intent and events ride on a tombstone of
+    the first deleted (no words left on it) until they are sent. Before, a crash after the delete lost them."""
+    def prepare(store: Any) -> None:
+        store.delete(["pg-1", "pg-2", "fri-1", "fri-2"])  # left: two prunes and what is kept anyway
+
+    def prune_hard(store: Any) -> list[dict[str, Any]]:
+        plan, _ = runner.make_plan(store, "u1", "proj", cons.DEFAULT_RETENTION, now=NOW)
+        assert plan.prunes and not plan.merges and not plan.conflicts
+        return runner.apply_plan(store, embedder, plan, {}, hard_delete=True, pass_id=PASS_ID)[1]
+
+    writes, crashed = crash_every_write(tmp_path, embedder, prepare, prune_hard)
+    assert crashed == writes
+    store = fresh(tmp_path, "tombstone", embedder)  # killed right after the first write: the tombstone
+    prepare(store)
+    with contextlib.suppress(Crash):
+        prune_hard(CrashAfter(store, 1))
+    [held] = [m for m in store.scroll() if m.pending]
+    assert held.status == "deleted" and held.text == "" and held.features is None and held.outbox
+    store.close()
+
+
 def test_undo_of_one_decision_killed_after_any_write(tmp_path: Path, embedder: Any) -> None:
     def prepare(store: Any) -> None:
         proc = Processor(store, embedder, keep_outbox=True)
