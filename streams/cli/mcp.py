@@ -71,21 +71,25 @@ def build(url: str, token: str | None) -> Any:
         return await call(go)
 
     @server.tool()
-    async def search_memories(user_id: str, query: str, limit: int = 10,
-                              latest_only: bool = False) -> dict[str, Any]:
-        """A user's memories nearest to the query, current facts first, then history."""
+    async def search_memories(user_id: str, query: str, limit: int = 10, latest_only: bool = False,
+                              include_merged: bool = False) -> dict[str, Any]:
+        """A user's memories nearest to the query, current facts first, then history (latest_only: current
+        ones only; include_merged: merged restatements too)."""
         async def go(api: Any) -> dict[str, Any]:
-            page = await api.search(user_id, query, limit=limit, latest_only=latest_only)
+            page = await api.search(user_id, query, limit=limit, latest_only=latest_only,
+                                    include_merged=include_merged)
             return {"memories": [row(m) for m in page.memories]}
         return await call(go)
 
     @server.tool()
     async def list_memories(user_id: str, latest_only: bool = False, limit: int = 100,
-                            cursor: str | None = None) -> dict[str, Any]:
-        """A user's memories, current facts first, then history (latest_only: current ones only). More
-        than `limit`: pass the `next_cursor` it returns as `cursor` for the next page."""
+                            cursor: str | None = None, include_merged: bool = False) -> dict[str, Any]:
+        """A user's memories, current facts first, then history (latest_only: current ones only;
+        include_merged: merged restatements too). More than `limit`: pass the `next_cursor` it returns as
+        `cursor` for the next page."""
         async def go(api: Any) -> dict[str, Any]:
-            page = await api.list(user_id, latest_only=latest_only, limit=limit, cursor=cursor)
+            page = await api.list(user_id, latest_only=latest_only, include_merged=include_merged, limit=limit,
+                                  cursor=cursor)
             return {"memories": [row(m) for m in page.memories], "next_cursor": page.next_cursor}
         return await call(go)
 
@@ -99,7 +103,8 @@ def build(url: str, token: str | None) -> Any:
 
     @server.tool()
     async def delete_memory(user_id: str, memory_id: str) -> dict[str, Any]:
-        """Delete one of the user's memories (kept hidden; the returned decision_id can undo it)."""
+        """Delete one of the user's memories (kept hidden; a person can bring it back with
+        `dream undo DECISION_ID`, the returned decision_id)."""
         async def go(api: Any) -> dict[str, Any]:
             out = await api.delete(memory_id, user_id)
             return {"memory_id": out["memory_id"], "status": out["status"], "decision_id": out["decision_id"]}

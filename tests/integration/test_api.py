@@ -189,6 +189,8 @@ def test_an_agent_uses_dream_mcp_through_the_sdk_client(worker: WorkerProcess) -
             assert [r["memory_id"] for r in left] == [added["memory_id"]]  # the old version, still history
             # It names what replaced it, not the deleted words.
             assert left[0]["replaced_by"] == {"memory_id": fixed["memory_id"], "status": "deleted"}
+            everything = payload(await agent.call_tool("list_memories", {"user_id": "cy", "include_merged": True}))
+            assert [r["memory_id"] for r in everything["memories"]] == [added["memory_id"]]  # deleted: hidden in all
             blank = await agent.call_tool("search_memories", {"user_id": "cy", "query": "  "})
             assert failed(blank) and "a search needs a query" in blank.content[0].text
             for bad in (".", ".."):  # a URL drops or climbs these: a one-line tool error, not the listing
