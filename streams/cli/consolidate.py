@@ -193,9 +193,15 @@ async def consolidate(user: str | None, app_id: str | None, auto: bool, dry_run:
                 await finish_interrupted(store, store_dir)
             where: dict[str, Any] = {"status": "active", "kind": "fact", **({"user_id": user} if user else {})}
             kind = "Full consolidation" if full else "Light consolidation"
+            events: list[dict[str, Any]] = []
             with progress_bar(store.count(where), kind) as bar:
-                run = runner.full if full else runner.light
-                summary = run(store, user, dry_run, progress=bar.update)
+                if full:
+                    summary = runner.full(store, user, dry_run, progress=bar.update, events_out=events)
+                else:
+                    summary = runner.light(store, user, dry_run, progress=bar.update)
+            if events:  # the merges' status events out, then off the store's outbox
+                click.echo(await publish_events(events, store_dir), err=True)
+                changes.sent(store, events)
         finally:
             store.close()
         if not dry_run:

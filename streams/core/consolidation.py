@@ -481,9 +481,10 @@ def light(store: MemoryStore, user_id: str | None = None, dry_run: bool = False,
 
 def full(store: MemoryStore, user_id: str | None = None, dry_run: bool = False, *,
          progress: Callable[[int], None] | None = None,
-         sample_above: int = cons.SAMPLE_ABOVE) -> dict[str, Any]:
+         sample_above: int = cons.SAMPLE_ABOVE, events_out: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Light, then HDBSCAN clusters per user, duplicates merged within a cluster by the decisions
-    engine, and the payload indexes rebuilt."""
+    engine, and the payload indexes rebuilt. The merges' status events are appended to `events_out`
+    (stored unsent until then): the caller publishes them, then `changes.sent`."""
     started = time.monotonic()
     light_summary = light(store, user_id, dry_run)
     where: dict[str, Any] = {"status": "active", "kind": "fact"}
@@ -542,6 +543,8 @@ def full(store: MemoryStore, user_id: str | None = None, dry_run: bool = False, 
         if rebuild is not None:
             rebuild()
         store.flush()
+    if events_out is not None:
+        events_out.extend(events)
     return _summary("full", started, processed, changed, dry_run, clusters=clusters, light=light_summary,
                     status_events=len(events))
 

@@ -7,6 +7,7 @@ the pure agents (dreamstream.agents.*); this module only reads and writes the st
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import gc
 import hashlib
@@ -689,8 +690,17 @@ class Processor:
             events = self._reprocess_events(user_id)
             changes.write_durably(backup, b"".join(orjson.dumps(ev) + b"\n" for ev in events))
         if not os.path.exists(deleted):
-            self.store.delete([ev["memory_id"] for ev in events])
-            self.store.flush()
+            ids = [ev["memory_id"] for ev in events]
+            try:
+                self.store.delete(ids)
+                self.store.flush()
+            except StoreError:
+                # Refused (a full disk): if nothing was deleted, nothing changed, and a later run must read the
+                # user afresh, not finish from this backup (it would miss what was added meanwhile).
+                with contextlib.suppress(StoreError):
+                    if len(self.store.retrieve(ids)) == len(ids):
+                        os.remove(backup)
+                raise
             changes.write_durably(deleted, b"")
         faults.point("stored")
         # In batches as ingest writes them: one upsert of a large user's every memory is more than a Qdrant

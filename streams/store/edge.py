@@ -206,7 +206,7 @@ class EdgeStore:
 
     def delete(self, memory_ids: Sequence[str]) -> None:
         if memory_ids:
-            self._writable()
+            self._room()  # a delete writes too (the engine's log): refused like every write on a full disk
             self.shard.update(self._qe.UpdateOperation.delete_points([point_id(m) for m in memory_ids]))
 
     def flush(self) -> None:

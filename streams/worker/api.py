@@ -301,8 +301,16 @@ class ConsolidationsView(View):
             raise ValueError("auto with dry_run: a pass's dry run is mode dry_run (dry_run is for light and full)")
         if mode in ("light", "full"):
             proc = await processor()
-            run = runner.full if mode == "full" else runner.light
-            summary = await on_store_thread(run, proc.store, user, bool(body.get("dry_run")))
+            events: list[dict[str, Any]] = []
+            if mode == "full":
+                summary = await on_store_thread(functools.partial(
+                    runner.full, proc.store, user, bool(body.get("dry_run")), events_out=events))
+            else:
+                summary = await on_store_thread(runner.light, proc.store, user, bool(body.get("dry_run")))
+            if events:  # the merges' status events out, then off the store's outbox
+                await publish(BatchResult(status_events=events))
+                await app.producer.flush()
+                await on_store_thread(changes.sent, proc.store, events)
             if not body.get("dry_run"):
                 runner.note_run(settings.store_dir, summary)
             return _json(summary)  # type: ignore[no-any-return]

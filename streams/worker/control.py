@@ -9,6 +9,8 @@ restarts. Malformed or unauthorised commands get a `rejected` reply and a dead-l
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import logging
 import os
@@ -19,7 +21,7 @@ import faust
 import orjson
 
 from dreamstream.schemas.control import Command, InvalidCommand, parse_command, reply
-from dreamstream.schemas.errors import CommandFailed
+from dreamstream.schemas.errors import CommandFailed, StoreError
 from dreamstream.schemas.events import now_iso, status_event
 from dreamstream.streams.core import changes, memories
 from dreamstream.streams.core import consolidation as cr
@@ -175,7 +177,17 @@ def erase_user(proc: Any, user: str, cmd: Command) -> dict[str, Any]:
     intent = os.path.join(settings.data_dir, "erase", hashlib.sha256(cmd.id.encode()).hexdigest()[:24] + ".json")
     found = memories.erase_user(proc.store, user, intent)
     cr.forget_plans(settings.data_dir, user)  # pending consolidation plans hold the user's texts
+    forget_reprocess(os.path.join(settings.data_dir, "reprocess"), user)  # so does an unfinished reprocess
     return {"user": user, "deleted": found, "at": now_iso()}
+
+
+def forget_reprocess(backup_dir: str, user: str) -> None:
+    """An interrupted reprocess's backup of the user's events (and its marker): an erased user's texts must
+    not stay on disk, nor come back through a later reprocess that would finish from it."""
+    backup = os.path.join(backup_dir, f"reprocess-{hashlib.sha256(user.encode()).hexdigest()[:24]}.jsonl")
+    for path in (backup + ".deleted", backup):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
 
 
 @handles("consolidate.run", "consolidate.approve", "consolidate.reject")
@@ -218,6 +230,29 @@ async def send_reply(command_id: str | None, body: dict[str, Any]) -> None:
     metrics.control_command(body["command"] or "invalid", body["outcome"])
 
 
+STORE_RETRY_MAX_S = 30.0
+"""The longest wait between tries of a command the store refused (a full or unwritable disk)."""
+
+
+async def until_the_store_writes(cmd: Command) -> dict[str, Any]:
+    """Runs a command, again and again with backoff while the store refuses writes, as ingest waits: a
+    store fault is not the command's answer (an `error` reply would be final, and a reprocess refused
+    half-way would leave its user's memories only in its backup). Every command finishes a first run
+    that was cut short (crash-safe writers, ids from the command's id), so a retry is a redelivery."""
+    failures = 0
+    while True:
+        try:
+            details = await handle(cmd)
+        except StoreError as exc:
+            failures += 1
+            if failures == 1:
+                log.error("control %s: store fault, retrying with backoff: %s", cmd.id, health.one_line(exc))
+            health.failed("control", exc)
+            await asyncio.sleep(min(STORE_RETRY_MAX_S, 0.5 * 2 ** failures))
+            continue
+        return details
+
+
 @app.agent(control_topic, concurrency=1)
 async def control(stream: faust.StreamT) -> None:
     """One reply per command id; bad commands rejected with a dead letter; nothing applied twice."""
@@ -247,7 +282,7 @@ async def control(stream: faust.StreamT) -> None:
                 "error": f"not run: this worker cannot record commands ({health.one_line(exc)})"}))
             continue
         try:
-            body = reply(cmd.id, cmd.command, "ok", await handle(cmd))
+            body = reply(cmd.id, cmd.command, "ok", await until_the_store_writes(cmd))
         except CommandFailed as exc:
             body = reply(cmd.id, cmd.command, "error", {"error": str(exc)})
         except Exception as exc:  # a failing command must not stop the control stream

@@ -122,6 +122,34 @@ def test_pause_resume_erase(worker: WorkerProcess) -> None:
     assert audit and audit[0]["evidence"]["deleted"] == 2 and "text" not in orjson.dumps(audit[0]).decode()
 
 
+def test_a_command_the_store_refuses_waits_for_it_and_loses_nothing(kafka: str, unique: str, tmp_path: Path) -> None:
+    """A reprocess (and an erase) while the disk refuses writes: before, the reprocess deleted the user's
+    memories, failed to write them back and answered `error` for good; the erase deleted anyway. Now the
+    delete is refused like every write, and the command waits for the store, as ingest does."""
+    from tests.helpers import event, line
+
+    flag = tmp_path / "disk-full"
+    w = WorkerProcess(kafka, f"full-{unique}", tmp_path, extra_env={"DREAM_FAULT_UNWRITABLE": str(flag)})
+    try:
+        w.start()
+        texts = ["Lives in Porto.", "Has two sons.", "Plays the cello.", "Reads crime novels."]
+        asyncio.run(produce(w.kafka, w.topics["added"], [line(event(i, "rx", t)) for i, t in enumerate(texts)]))
+        w.wait_for(lambda s: s.get("memories") == len(texts), timeout=60)
+        flag.touch()
+        body = command("reprocess", {"user": "rx"}, command_id=f"rp-{unique}")
+        send_raw(w, [orjson.dumps(body)])
+        time.sleep(4)
+        assert not replies(w, body["id"], expect=1, timeout=2)  # no final `error`: it waits
+        assert len(w.read("user=rx&include_merged=1")["memories"]) == len(texts)  # nothing deleted meanwhile
+        flag.unlink()
+        (done,) = replies(w, body["id"], timeout=90)
+        assert done["outcome"] == "ok" and done["details"]["memories"] == len(texts)
+        assert sorted(m["text"] for m in w.read("user=rx")["memories"]) == sorted(texts)
+        assert not list((Path(w.env["DREAM_DATA_DIR"]) / "reprocess").glob("reprocess-*"))  # no backup left
+    finally:
+        w.stop()
+
+
 def test_worker_synthesises_on_its_timer_once_per_evidence(worker: WorkerProcess) -> None:
     worker.start()
     rc, _ = dream_control(worker, "synthesis.enable", "boundary=2025-01-01T00:00:00Z")
