@@ -182,7 +182,10 @@ def is_specific(text: str) -> bool:
 
 
 def _eligible(memory: Memory) -> bool:
-    return memory.kind == "fact" and not memory.pinned and memory.status in ("active", "superseded")
+    """A fact a pass may merge, resolve or prune: not pinned, and not one of the passes' own reminders
+    (they restate each other by design; merging them was a pass changing its own notes every run)."""
+    return memory.kind == "fact" and not memory.pinned and memory.status in ("active", "superseded") \
+        and not memory.metadata.get("reminder")
 
 
 def near_duplicate(newer: Memory, older: Memory, cos: float) -> bool:

@@ -223,7 +223,7 @@ def prepare_pass(
             event(m, m.status, "expired", None, "consolidate_prune", extra)
             m.status = "expired"
         outcome.pruned += 1
-    if reminder and outcome.skipped:
+    if reminder and outcome.skipped and not _reminded(store, plan, outcome.skipped):
         created.append(_reminder(store, embed, plan, outcome.skipped, stamp, did))
         outcome.reminder_id = created[-1].memory_id
         event(created[-1], None, "active", None, "consolidate_new", {"reminder": True})
@@ -266,6 +266,13 @@ def _pointed_at(store: MemoryStore, user_id: str) -> set[str]:
         out.update(x for x in (m.superseded_by, m.merged_into) if x)
         out.update(m.supersedes, m.merged_from, m.sources)
     return out
+
+
+def _reminded(store: MemoryStore, plan: cons.Plan, skipped: int) -> bool:
+    """Whether a current reminder of this scope already says as much: a scheduled pass over an unchanged
+    store must change nothing (it added one reminder a run, and later passes merged the copies)."""
+    return any(m.metadata.get("reminder") and m.app_id == plan.app_id and m.metadata.get("conflicts") == skipped
+               for m in store.scroll({"user_id": plan.user_id, "status": "active"}, with_features=False))
 
 
 def _reminder(store: MemoryStore, embed: Embed, plan: cons.Plan, skipped: int, stamp: str, did: str) -> Memory:

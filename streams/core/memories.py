@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from dreamstream.schemas.events import MEMORY_ADDED, InvalidEvent, now_iso, parse_memory_event, status_event
-from dreamstream.schemas.memory import LINK_FIELDS
+from dreamstream.schemas.memory import LINK_FIELDS, Memory
 from dreamstream.streams.core import changes, consolidation, reads
 from dreamstream.streams.store import MemoryStore
 
@@ -126,6 +126,8 @@ def hard_delete_memory(store: MemoryStore, memory_id: str, user: str) -> list[di
     linked |= {v for f in ("supersedes", "merged_from", "sources") for v in getattr(got, f)}
     for f in LINKS:
         linked |= {m.memory_id for m in store.scroll({f: memory_id, "user_id": user})}
+    # Co-access: memories read together with it keep its id in their links and pending reads.
+    linked |= {m.memory_id for m in store.scroll({"user_id": user}, with_features=False) if co_read(m, memory_id)}
     others = {mid: m for mid, m in store.retrieve(sorted(linked - {memory_id})).items() if m.user_id == user}
     # A pattern drawn from it may quote it: removed with it (the next synthesis run writes the theme again
     # from what is left). Nothing else links to a pattern.
@@ -149,14 +151,24 @@ def hard_delete_memory(store: MemoryStore, memory_id: str, user: str) -> list[di
         for f in ("supersedes", "merged_from", "sources"):
             if memory_id in getattr(m, f):
                 fields[f] = [x for x in getattr(m, f) if x != memory_id]
+        if co_read(m, memory_id):
+            fields["links"] = {k: v for k, v in m.links.items() if k != memory_id}
+            fields["access"] = {**m.access, "pending": [
+                {**p, "with": [x for x in p.get("with") or [] if x != memory_id]}
+                for p in m.access.get("pending") or []]}
         change.set(mid, fields)
     change.events = events
-    if change.holder:
-        changes.apply(store, change)
-    else:  # nothing else linked: one write, the events from the caller
-        store.delete([memory_id, *derived])
+    if not change.holder:  # nothing else linked: the deleted one carries the intent, as a tombstone
+        change.holder = memory_id
+    changes.apply(store, change)
     store.flush()
     return events
+
+
+def co_read(memory: Memory, other_id: str) -> bool:
+    """Whether `memory` keeps `other_id` as a co-access link or in a pending read (light consolidation)."""
+    pending = memory.access.get("pending") or []
+    return other_id in memory.links or any(other_id in (p.get("with") or []) for p in pending)
 
 
 def erase_user(store: MemoryStore, user: str, intent: str) -> int:

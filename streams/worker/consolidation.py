@@ -10,7 +10,7 @@ state, which ranking decays by and light consolidation folds into stability and 
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import faust
@@ -164,6 +164,11 @@ def retention() -> dict[str, int | None] | None:
 # --- access events --------------------------------------------------------------------------------
 
 
+ACCESS_SKEW = timedelta(days=1)
+"""How far ahead of this worker's clock a read may be dated: a producer's clock skew, not a read from the
+future (the latest read is kept, so one far-future date stopped the memory from ever decaying)."""
+
+
 def parse_access(raw: bytes) -> dict[str, Any]:
     """A validated memory.accessed event; raises InvalidEvent (reason, message) for a dead letter."""
     obj = decode(raw)
@@ -178,6 +183,8 @@ def parse_access(raw: bytes) -> dict[str, Any]:
     if len(ids) > MAX_ACCESS_IDS:
         raise InvalidEvent("bad_field", f"memory_ids holds at most {MAX_ACCESS_IDS} ids")
     at = normalise_time(obj.get("accessed_at") or now_iso(), "accessed_at")
+    if parse_time(at) > datetime.now(UTC) + ACCESS_SKEW:
+        raise InvalidEvent("bad_field", f"accessed_at {at} is in the future (more than a day ahead of this worker)")
     return {"type": ACCESSED, "user_id": user, "memory_ids": ids, "accessed_at": at}
 
 

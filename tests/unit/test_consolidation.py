@@ -275,6 +275,27 @@ def test_control_dry_run_plan_then_approve(proc: Processor, tmp_path: Path, monk
         runner.control(proc, "consolidate.approve", {"plan_id": details["plan_id"]}, None)
 
 
+def test_a_scheduled_auto_pass_over_an_unchanged_store_changes_nothing(proc: Processor, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first run merges, prunes and leaves one reminder of the skipped conflict; the runs after it
+    (a schedule) find the same conflict and change nothing. Before, each added a reminder and later runs
+    merged the copies: the store grew every week."""
+    monkeypatch.setenv("DREAM_DATA_DIR", str(tmp_path / "data"))
+
+    def run() -> list[dict[str, Any]]:
+        return runner.control(proc, "consolidate.run", {"user": "u1", "app": "proj", "mode": "auto"}, None)[1]
+
+    def rows() -> dict[str, tuple[str, int]]:
+        return {m.memory_id: (m.status, len(m.decision_ids)) for m in proc.store.scroll({"user_id": "u1"})}
+
+    assert run()  # the first pass does something
+    after_first = rows()
+    assert sum(1 for m in proc.store.scroll({"user_id": "u1"}) if m.metadata.get("reminder")) == 1
+    for _ in range(3):
+        assert run() == []
+        assert rows() == after_first
+
+
 def test_approve_answers_each_item(proc: Processor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A merge skipped, one prune applied and one skipped, the conflict answered B: only that is done."""
     monkeypatch.setenv("DREAM_DATA_DIR", str(tmp_path / "data"))
@@ -347,6 +368,39 @@ def test_light_folds_accesses_into_stability_and_links(proc: Processor) -> None:
     assert again["changed"].get("stability", 0) == 0
 
 
+def test_a_hard_delete_takes_its_co_access_links_with_it(proc: Processor) -> None:
+    """Co-reads name the other memory in links and pending reads; a hard delete removed only the link
+    fields, and the id lingered for up to 21 light runs (an audit)."""
+    from dreamstream.streams.core import changes, memories
+
+    for at in ("2026-11-01T00:00:00Z", "2026-11-20T00:00:00Z"):
+        runner.record_access(proc.store, ["pg-1", "pg-2"], at)
+    runner.light(proc.store, "u1")
+    runner.record_access(proc.store, ["pg-1", "pg-2"], "2026-11-25T00:00:00Z")  # pending again
+    assert "pg-2" in proc.store.retrieve(["pg-1"])["pg-1"].links
+    events = memories.hard_delete_memory(proc.store, "pg-2", "u1")
+    assert events
+    kept = proc.store.retrieve(["pg-1"])["pg-1"]
+    assert "pg-2" not in kept.links and all("pg-2" not in p["with"] for p in kept.access["pending"])
+    assert kept.access["pending"]  # the read itself is still counted
+    changes.sent(proc.store, events)
+    assert "pg-2" not in proc.store.retrieve(["pg-1", "pg-2"])
+
+
+def test_a_hard_delete_of_an_unlinked_memory_keeps_its_event_until_sent(proc: Processor) -> None:
+    """Nothing else to carry the intent: the deleted memory does, as a tombstone without its words, until
+    its status event is published (before, a crash between the delete and the publish lost the event)."""
+    from dreamstream.streams.core import changes, memories
+
+    events = memories.hard_delete_memory(proc.store, "vague-1", "u1")
+    assert events and [e["to_status"] for e in events] == ["deleted"]
+    [tomb] = proc.store.scroll({"outbox_state": "unsent", "user_id": "u1"})
+    assert tomb.memory_id == "vague-1" and tomb.status == "deleted" and tomb.text == "" and tomb.outbox
+    assert all(r["memory_id"] != "vague-1" for r in reads.get(proc.store, "u1", "include_merged"))
+    changes.sent(proc.store, events)
+    assert "vague-1" not in proc.store.retrieve(["vague-1"])
+
+
 def test_search_ranks_by_relevance_times_retrievability(edge_store: Any, embedder: Any) -> None:
     rows = [("old", "User plays tennis on weekends.", "2025-01-01T00:00:00Z", {}),
             ("new", "User plays tennis on Saturdays.", "2026-11-30T00:00:00Z", {})]
@@ -414,7 +468,10 @@ def test_access_events_validate_and_bad_ones_are_refused(proc: Processor) -> Non
     assert proc.store.retrieve(["pg-1"])["pg-1"].access["count"] == 1
     for bad, reason in [(b"not json", "invalid_json"), (orjson.dumps({"user_id": "u1"}), "bad_field"),
                         (orjson.dumps({"memory_ids": ["x"]}), "missing_field"),
-                        (orjson.dumps({"user_id": "u1", "memory_ids": ["x"], "accessed_at": "later"}), "bad_field")]:
+                        (orjson.dumps({"user_id": "u1", "memory_ids": ["x"], "accessed_at": "later"}), "bad_field"),
+                        # a read from the future would never decay: the latest read is kept
+                        (orjson.dumps({"user_id": "u1", "memory_ids": ["x"], "accessed_at": "2999-12-31T00:00:00Z"}),
+                         "bad_field")]:
         with pytest.raises(InvalidEvent) as exc:
             parse_access(bad)
         assert exc.value.reason == reason
