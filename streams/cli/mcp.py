@@ -44,7 +44,8 @@ def build(url: str, token: str | None) -> Any:
     async def call(fn: Any) -> dict[str, Any]:
         """One API call; a refusal, a worker that is down or slow is a tool error (`is_error`) with the
         client's one-line reason, never a success and never a traceback. Anything else unexpected (an
-        answer the client cannot read) is a one-line tool error too, logged with its traceback here."""
+        answer the client cannot read) is a one-line tool error too, logged in one line (the traceback at
+        debug level)."""
         async with AsyncClient(url, token) as api:
             try:
                 result: dict[str, Any] = await fn(api)

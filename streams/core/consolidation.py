@@ -223,10 +223,17 @@ def prepare_pass(
             event(m, m.status, "expired", None, "consolidate_prune", extra)
             m.status = "expired"
         outcome.pruned += 1
-    if reminder and outcome.skipped and not _reminded(store, plan, outcome.skipped):
-        created.append(_reminder(store, embed, plan, outcome.skipped, stamp, did))
-        outcome.reminder_id = created[-1].memory_id
-        event(created[-1], None, "active", None, "consolidate_new", {"reminder": True})
+    current = _reminders(store, plan) if reminder else []
+    if reminder and not any(m.metadata.get("conflicts") == outcome.skipped for m in current):
+        # One current reminder per scope, saying how many conflicts wait now (none: the old ones go).
+        if outcome.skipped:
+            created.append(_reminder(store, embed, plan, outcome.skipped, stamp, did))
+            outcome.reminder_id = created[-1].memory_id
+            event(created[-1], None, "active", None, "consolidate_new", {"reminder": True})
+        for old in current:
+            m = touch(old)
+            event(m, m.status, "expired", outcome.reminder_id, "consolidate_prune", {"reminder": True})
+            m.status = "expired"
     holder = changes.holder_of(created, list(touched), deleted)
     change = changes.Change(change_id=did, holder=holder or "", creates=created, deletes=deleted, events=events)
     if holder is None:
@@ -268,11 +275,11 @@ def _pointed_at(store: MemoryStore, user_id: str) -> set[str]:
     return out
 
 
-def _reminded(store: MemoryStore, plan: cons.Plan, skipped: int) -> bool:
-    """Whether a current reminder of this scope already says as much: a scheduled pass over an unchanged
-    store must change nothing (it added one reminder a run, and later passes merged the copies)."""
-    return any(m.metadata.get("reminder") and m.app_id == plan.app_id and m.metadata.get("conflicts") == skipped
-               for m in store.scroll({"user_id": plan.user_id, "status": "active"}, with_features=False))
+def _reminders(store: MemoryStore, plan: cons.Plan) -> list[Memory]:
+    """The scope's current reminders: a scheduled pass over an unchanged store must change nothing (it
+    added one reminder a run, and later passes merged the copies)."""
+    return [m for m in store.scroll({"user_id": plan.user_id, "status": "active"})
+            if m.metadata.get("reminder") and m.app_id == plan.app_id]
 
 
 def _reminder(store: MemoryStore, embed: Embed, plan: cons.Plan, skipped: int, stamp: str, did: str) -> Memory:

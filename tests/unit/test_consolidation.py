@@ -288,12 +288,23 @@ def test_a_scheduled_auto_pass_over_an_unchanged_store_changes_nothing(proc: Pro
     def rows() -> dict[str, tuple[str, int]]:
         return {m.memory_id: (m.status, len(m.decision_ids)) for m in proc.store.scroll({"user_id": "u1"})}
 
+    def reminders() -> list[Any]:
+        return [m for m in proc.store.scroll({"user_id": "u1", "status": "active"}) if m.metadata.get("reminder")]
+
     assert run()  # the first pass does something
     after_first = rows()
-    assert sum(1 for m in proc.store.scroll({"user_id": "u1"}) if m.metadata.get("reminder")) == 1
+    [first] = reminders()
     for _ in range(3):
         assert run() == []
         assert rows() == after_first
+    # A reminder that says another number (the conflicts changed since): replaced, not joined by a second.
+    proc.store.update(first.memory_id, {"metadata": {**first.metadata, "conflicts": 2}})
+    events = run()
+    [now] = reminders()
+    assert now.memory_id != first.memory_id and now.metadata["conflicts"] == 1
+    assert proc.store.retrieve([first.memory_id])[first.memory_id].status == "expired"
+    assert {(e["memory_id"], e["to_status"]) for e in events} == {(now.memory_id, "active"),
+                                                                  (first.memory_id, "expired")}
 
 
 def test_approve_answers_each_item(proc: Processor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
