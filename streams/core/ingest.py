@@ -670,8 +670,7 @@ class Processor:
         already answers from its record instead of running again.
         """
         os.makedirs(backup_dir, exist_ok=True)
-        name = hashlib.sha256(user_id.encode()).hexdigest()[:24]
-        backup = os.path.join(backup_dir, f"reprocess-{name}.jsonl")
+        backup = reprocess_backup(backup_dir, user_id)
         deleted = backup + ".deleted"
         done = os.path.join(backup_dir, f"done-{hashlib.sha256(run_id.encode()).hexdigest()[:24]}.json") \
             if run_id else None
@@ -752,6 +751,20 @@ class Processor:
             "project_id": m.project_id, "text": m.text, "created_at": m.created_at, "metadata": dict(m.metadata),
             "embedding": None if m.vector is None else [float(x) for x in m.vector], **replaces(m),
         } for m in facts]
+
+
+def reprocess_backup(backup_dir: str, user_id: str) -> str:
+    """Where `Processor.reprocess_user` keeps a user's events while it runs (its marker: `+ ".deleted"`)."""
+    return os.path.join(backup_dir, f"reprocess-{hashlib.sha256(user_id.encode()).hexdigest()[:24]}.jsonl")
+
+
+def forget_reprocess(backup_dir: str, user_id: str) -> None:
+    """An interrupted reprocess's backup of the user's events, and its marker: an erased user's texts must
+    not stay on disk, nor come back through a later reprocess that would finish from it."""
+    backup = reprocess_backup(backup_dir, user_id)
+    for path in (backup + ".deleted", backup):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
 
 
 def replay_lines(lines: Iterable[bytes], source: str = "replay") -> Iterable[Incoming]:

@@ -10,7 +10,6 @@ restarts. Malformed or unauthorised commands get a `rejected` reply and a dead-l
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 import os
@@ -26,6 +25,7 @@ from dreamstream.schemas.events import now_iso, status_event
 from dreamstream.streams.core import changes, memories
 from dreamstream.streams.core import consolidation as cr
 from dreamstream.streams.core import synthesis as runner
+from dreamstream.streams.core.ingest import forget_reprocess
 from dreamstream.streams.core.undo import AlreadyUndone
 from dreamstream.streams.worker import health, metrics
 from dreamstream.streams.worker.app import (
@@ -179,15 +179,6 @@ def erase_user(proc: Any, user: str, cmd: Command) -> dict[str, Any]:
     cr.forget_plans(settings.data_dir, user)  # pending consolidation plans hold the user's texts
     forget_reprocess(os.path.join(settings.data_dir, "reprocess"), user)  # so does an unfinished reprocess
     return {"user": user, "deleted": found, "at": now_iso()}
-
-
-def forget_reprocess(backup_dir: str, user: str) -> None:
-    """An interrupted reprocess's backup of the user's events (and its marker): an erased user's texts must
-    not stay on disk, nor come back through a later reprocess that would finish from it."""
-    backup = os.path.join(backup_dir, f"reprocess-{hashlib.sha256(user.encode()).hexdigest()[:24]}.jsonl")
-    for path in (backup + ".deleted", backup):
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(path)
 
 
 @handles("consolidate.run", "consolidate.approve", "consolidate.reject")
