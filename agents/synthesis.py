@@ -1405,8 +1405,10 @@ def _about_other(clause: str, person: str, names: frozenset[str] = frozenset()) 
 
 def pattern_id(user_id: str, theme_key: str) -> str:
     """Derived from the user and the theme's stable identity (its topic), not from its member set, so
-    a re-run writes the same id and a theme that gained evidence updates its pattern in place."""
-    return "p-" + hashlib.sha1(f"{user_id}|{theme_key}".encode()).hexdigest()[:16]
+    a re-run writes the same id and a theme that gained evidence updates its pattern in place. A user id
+    with "|" in it is joined by NUL, as in schemas/schedules.py `schedule_id` (no two scopes share an id)."""
+    sep = "\x00" if "|" in user_id else "|"
+    return "p-" + hashlib.sha1(f"{user_id}{sep}{theme_key}".encode()).hexdigest()[:16]
 
 
 def _overlap(a: set[str], b: set[str]) -> float:

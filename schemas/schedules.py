@@ -23,8 +23,13 @@ def parse_schedule(spec: str) -> tuple[str, int]:
 
 
 def schedule_id(user_id: str, app_id: str | None) -> str:
-    """One schedule per scope: registering again replaces it."""
-    return "sched-" + hashlib.sha256(f"{user_id}|{app_id or ''}".encode()).hexdigest()[:12]
+    """One schedule per scope: registering again replaces it.
+
+    A user id with "|" in it is joined to the app by NUL (no id can hold one): "|" alone gave user "ops|team"
+    and user "ops" with app "team|" one id, and one user's schedule replaced the other's. Every other scope
+    keeps the id it always had."""
+    sep = "\x00" if "|" in user_id else "|"
+    return "sched-" + hashlib.sha256(f"{user_id}{sep}{app_id or ''}".encode()).hexdigest()[:12]
 
 
 def schedule_fired(spec: str, last_fired: datetime | None, registered: datetime, now: datetime) -> bool:

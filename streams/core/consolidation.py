@@ -624,8 +624,11 @@ def provenance(store: MemoryStore, memory_id: str) -> dict[str, Any]:
                 decisions[rec["decision_id"]] = {k: v for k, v in rec.items() if k != "before"}
 
     def brief(mid: str) -> dict[str, Any]:
+        # An id freed by a hard delete may since name another user's memory: shown as gone, never its text.
         x = linked.get(mid)
-        return {"memory_id": mid, "text": x.text if x else None, "status": x.status if x else "deleted"}
+        if x is None or x.user_id != m.user_id:
+            return {"memory_id": mid, "text": None, "status": "deleted"}
+        return {"memory_id": mid, "text": x.text, "status": x.status}
 
     return {
         "memory": m.export_row(),

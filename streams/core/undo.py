@@ -51,9 +51,10 @@ def plan_undo(store: MemoryStore, decision_id: str, by: str | None = None) -> ch
         for mid, fields in record.get("before", {}).items():
             m = store.retrieve([mid]).get(mid)
             if m is not None and m.status == "deleted" and m.user_id == owner.user_id:
-                change.events.append(status_event(decision_id, mid, m.user_id, "deleted", fields["status"], None,
+                restored = own_links(store, fields, owner.user_id)
+                change.events.append(status_event(decision_id, mid, m.user_id, "deleted", restored["status"], None,
                                                   "undo", evidence, undo=True))
-                change.set(mid, {**fields, "updated_at": stamp})
+                change.set(mid, {**restored, "updated_at": stamp})
     else:
         # Only the decision's own user's memories: an id freed by a hard delete may since name another user's.
         members = {k: m for k, m in store.retrieve([new_id, *record["targets"]]).items() if m.user_id == owner.user_id}
@@ -91,6 +92,26 @@ def plan_undo(store: MemoryStore, decision_id: str, by: str | None = None) -> ch
               if rec.get("decision_id") == decision_id else rec for rec in owner.decisions]
     change.set(owner.memory_id, {"decisions": marked})
     return change
+
+
+def own_links(store: MemoryStore, fields: dict[str, Any], user: str) -> dict[str, Any]:
+    """Saved before-fields with only the links that still name a memory of `user`: a hard delete since the
+    decision frees an id, and another user's memory may hold it now (restoring the link showed that memory's
+    text in this user's history)."""
+    ids = [x for k in ("supersedes", "merged_from") for x in fields.get(k) or []]
+    ids += [x for k in ("superseded_by", "merged_into") if (x := fields.get(k))]
+    got = store.retrieve(ids) if ids else {}
+    mine = {mid for mid, m in got.items() if m.user_id == user}
+    out = dict(fields)
+    for k in ("supersedes", "merged_from"):
+        if k in out:
+            out[k] = [x for x in out[k] or [] if x in mine]
+    for k, left in (("superseded_by", "superseded"), ("merged_into", "merged")):
+        if out.get(k) and out[k] not in mine:
+            out[k] = None
+            if out.get("status") == left:
+                out["status"] = "active"  # what replaced it is gone: current again, as a hard delete leaves it
+    return out
 
 
 def undo_decision(store: MemoryStore, decision_id: str, by: str | None = None) -> changes.Change:
@@ -135,10 +156,11 @@ def _undo_pass(store: MemoryStore, record: dict[str, Any], decision_id: str, cha
                      for f in ("supersedes", "merged_from")}
             change.set(mid, {**{f: v for f, v in lists.items() if v != getattr(m, f)}, "updated_at": stamp})
             continue
-        if m.status != fields["status"]:
-            change.events.append(status_event(decision_id, mid, m.user_id, m.status, fields["status"], None, "undo",
-                                              evidence, undo=True))
-        change.set(mid, {**fields, "updated_at": stamp})
+        restored = own_links(store, fields, user)
+        if m.status != restored["status"]:
+            change.events.append(status_event(decision_id, mid, m.user_id, m.status, restored["status"], None,
+                                              "undo", evidence, undo=True))
+        change.set(mid, {**restored, "updated_at": stamp})
     for mid in record.get("created", []):
         m = members.get(mid)
         if m is None or m.status == "expired":

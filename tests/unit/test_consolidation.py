@@ -501,6 +501,8 @@ def test_schedules_fire_on_their_cron_in_local_time() -> None:
     assert cons.schedule_fired("daily", sunday_3am, registered, datetime(2026, 12, 7, 3, 1))
     assert [cons.runs_on_firing("biweekly", n) for n in range(4)] == [True, False, True, False]
     assert cons.schedule_id("u1", "a") == cons.schedule_id("u1", "a") != cons.schedule_id("u1", None)
+    assert cons.schedule_id("u1", "a") == "sched-b40171469189"  # ids registered before keep theirs
+    assert cons.schedule_id("ops|team", None) != cons.schedule_id("ops", "team|")  # two scopes, two schedules
 
 
 def test_an_approval_applies_only_what_is_as_the_plan_saw_it(proc: Processor, tmp_path: Path) -> None:

@@ -262,6 +262,24 @@ def test_undo_leaves_a_memory_the_user_deleted_since(proc: Processor) -> None:
     assert [e["to_status"] for e in proc.undo(deleted[0]["decision_id"])] == ["superseded"]
 
 
+@pytest.mark.parametrize("deleted", ["new", "old"])
+def test_undoing_a_delete_restores_no_link_to_an_id_another_user_took_since(proc: Processor, deleted: str) -> None:
+    """A soft delete keeps the memory's links; the memory it linked to is hard-deleted and its freed id taken
+    by another user. Undoing the delete brings back no link to that memory, so no history shows its text,
+    and a memory whose replacement is gone is current again."""
+    feed(proc, _raw("m-1", "ana", "Ana lives in Lisbon.", 1))
+    feed(proc, _raw("m-2", "ana", "Ana moved to Porto.", 2, replaces="m-1"))
+    soft, hard = ("m-2", "m-1") if deleted == "new" else ("m-1", "m-2")
+    did = memories.delete_memory(proc.store, soft, "ana")[0]["decision_id"]
+    memories.hard_delete_memory(proc.store, hard, "ana")
+    assert not feed(proc, _raw(hard, "bob", "Bob's bank PIN is 4921.", 3)).dead_letters  # type: ignore[attr-defined]
+    events = proc.undo(did)
+    back = proc.store.retrieve([soft])[soft]
+    assert back.status == "active" and back.supersedes == [] and back.superseded_by is None
+    assert [e["to_status"] for e in events] == ["active"]
+    assert "4921" not in orjson.dumps(memories.history(proc.store, soft, "ana")).decode()
+
+
 @pytest.mark.parametrize("one_batch", [False, True])
 def test_two_quick_edits_of_one_memory_both_land(proc: Processor, one_batch: bool) -> None:
     """Two PATCHes of a memory before ingest applied the first (each checked against the store alone): the

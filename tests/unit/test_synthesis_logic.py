@@ -142,6 +142,8 @@ def test_pattern_ids_stable_across_reruns(embed: Embed) -> None:
     assert len({t.pattern_id for t in first}) == len(first)
     pid = syn.pattern_id("u-1", "fitness")
     assert pid == syn.pattern_id("u-1", "fitness") != syn.pattern_id("u-2", "fitness")
+    assert pid == "p-53f690e852c6b040"  # patterns stored before keep their ids
+    assert syn.pattern_id("a|b", "c") != syn.pattern_id("a", "b|c")  # two users, two patterns
 
 
 def _fitness_theme(themes: list[syn.Theme], ids: set[str]) -> syn.Theme:
