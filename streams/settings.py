@@ -102,6 +102,9 @@ class Topics(_EnvSettings):
     control: str = Field(default="dream.control", validation_alias="DREAM_TOPIC_CONTROL")
     control_replies: str = Field(default="dream.control.replies", validation_alias="DREAM_TOPIC_CONTROL_REPLIES")
     memory_accessed: str = Field(default="memory.accessed", validation_alias="DREAM_TOPIC_MEMORY_ACCESSED")
+    control_users: str = Field(default="dream.control.users", validation_alias="DREAM_TOPIC_CONTROL_USERS")
+    """Internal: a user's commands (undo, erase, reprocess, consolidation), forwarded by the control agent to
+    the worker that holds the user's memory.added partition. It must have `partitions` partitions."""
     partitions: int = Field(default=4, validation_alias="DREAM_PARTITIONS")
 
 

@@ -319,6 +319,17 @@ def forget_plans(data_dir: str, user: str) -> int:
     return gone
 
 
+def plan_user(data_dir: str, plan_id: str) -> str | None:
+    """The user of a plan this worker keeps (None: no such plan here, or not a plan id)."""
+    if not PLAN_ID.fullmatch(plan_id):
+        return None
+    try:
+        user = json.loads((Path(data_dir) / PLANS_DIR / f"{plan_id}.json").read_text(encoding="utf-8")).get("user")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return user if isinstance(user, str) else None
+
+
 def plan_from_dict(store: MemoryStore, data: Mapping[str, Any]) -> cons.Plan:
     """Rebuilds a saved plan from the store's current memories; an item with a memory changed since the plan
     saw it (another plan or an update applied, deleted, undone), or that is not the plan's user's (an id

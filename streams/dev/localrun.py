@@ -35,7 +35,7 @@ class WorkerProcess:
         self.kafka = kafka
         self.port = free_port()
         self.topics = {k: f"{k}-{name}" for k in ("added", "status", "patterns", "dead", "runs", "control", "replies",
-                                                     "accessed")}
+                                                     "accessed", "control_users")}
         workdir.mkdir(parents=True, exist_ok=True)
         self.store_dir = workdir / "store"
         self.env = {
@@ -50,6 +50,7 @@ class WorkerProcess:
             "DREAM_TOPIC_CONTROL": self.topics["control"],
             "DREAM_TOPIC_CONTROL_REPLIES": self.topics["replies"],
             "DREAM_TOPIC_MEMORY_ACCESSED": self.topics["accessed"],
+            "DREAM_TOPIC_CONTROL_USERS": self.topics["control_users"],
             "DREAM_STORE": str(self.store_dir),
             "DREAM_DATA_DIR": str(workdir / "faust"),
             "DREAM_HTTP_PORT": str(self.port),

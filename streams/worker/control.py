@@ -5,6 +5,12 @@ in a changelogged table with its reply, so a redelivered command changes nothing
 twice; a reused id with other content is rejected. Settings the commands change (synthesis toggles,
 retention policies, the ingest pause) live in global tables, so they are kept in Kafka and survive
 restarts. Malformed or unauthorised commands get a `rejected` reply and a dead-letter record.
+
+A command that changes one user's memories (USER_SCOPED) is not run where `dream.control` is read: it is
+forwarded, keyed by the user, to `dream.control.users`, which has memory.added's partition count, so the
+worker that holds the user's memory.added partition (Faust assigns topics of one partition count together)
+runs it on its store thread, between ingest's batches. On a shared store, run anywhere else, its
+read-modify-write of links interleaved with that user's ingest and lost links.
 """
 
 from __future__ import annotations
@@ -46,7 +52,16 @@ control_topic = app.topic(settings.topics.control, partitions=1, key_type=bytes,
 replies_topic = app.topic(settings.topics.control_replies, partitions=1, key_type=bytes, value_type=bytes)
 
 seen_table = app.Table("control-seen", default=None, partitions=1)
-"""command id -> {"fingerprint", "reply"}: idempotence on the id."""
+"""command id -> {"fingerprint", "reply"} (or "forwarded": the user, for USER_SCOPED): idempotence on the id."""
+
+user_commands_topic = app.topic(settings.topics.control_users, partitions=settings.topics.partitions,
+                                key_type=bytes, value_type=bytes)
+owner_seen_table = app.Table("control-user-seen", default=None, partitions=settings.topics.partitions)
+"""command id -> {"fingerprint", "reply"} on the worker that ran a forwarded command (its changelog partition is
+the user's): a command forwarded twice (the control worker crashed before noting it) runs and answers once."""
+
+USER_SCOPED = frozenset({"undo", "erase", "reprocess", "consolidate.run", "consolidate.approve", "consolidate.reject"})
+"""Commands that read and write one user's memories: run by the owner of the user's partition."""
 
 
 
@@ -244,6 +259,91 @@ async def until_the_store_writes(cmd: Command) -> dict[str, Any]:
         return details
 
 
+def _decision_user(proc: Any, decision_id: str) -> str:
+    for holder in proc.store.scroll({"decision_ids": decision_id}):
+        if any(rec.get("decision_id") == decision_id for rec in holder.decisions):
+            return str(holder.user_id)
+    raise CommandFailed(f"no decision {decision_id}")
+
+
+async def user_of(cmd: Command) -> str:
+    """The user whose memories a USER_SCOPED command changes (CommandFailed: none can be found).
+
+    A plan is found by its id where this worker keeps it, else by the `user` the command names (a plan is
+    kept by the worker that made it, the owner of its user's partition)."""
+    if cmd.command == "undo":
+        return str(await on_store_thread(_decision_user, await processor(), cmd.args["decision_id"]))
+    if cmd.command in ("consolidate.approve", "consolidate.reject"):
+        user = cr.plan_user(settings.data_dir, str(cmd.args["plan_id"])) or cmd.args.get("user")
+        if not isinstance(user, str) or not user:
+            raise CommandFailed(f"no pending plan {str(cmd.args['plan_id'])[:40]} on this worker: name its user "
+                                "(user=...), the one its dry run's reply gave")
+        return user
+    return str(cmd.args["user"])
+
+
+async def forward(event: Any, cmd: Command) -> dict[str, Any] | None:
+    """Sends a USER_SCOPED command to its user's partition of `dream.control.users`, delivered before its
+    offset is committed; the owner replies. Returns an `error` reply instead when it names no user."""
+    try:
+        user = await until_the_store_reads(cmd)
+    except CommandFailed as exc:
+        return reply(cmd.id, cmd.command, "error", {"error": str(exc)})
+    delivery = await user_commands_topic.send(key=user.encode(), value=event.value)
+    await app.producer.flush()
+    await delivery
+    seen_table[cmd.id] = {"fingerprint": cmd.fingerprint().decode(), "forwarded": user}
+    log.info("control %s %s -> forwarded to the owner of user %s", cmd.id, cmd.command, user)
+    return None
+
+
+async def until_the_store_reads(cmd: Command) -> str:
+    """`user_of`, again and again with backoff while the store cannot be read (as `until_the_store_writes`)."""
+    failures = 0
+    while True:
+        try:
+            return await user_of(cmd)
+        except StoreError as exc:
+            failures += 1
+            health.failed("control", exc)
+            await asyncio.sleep(min(STORE_RETRY_MAX_S, 0.5 * 2 ** failures))
+
+
+@app.agent(user_commands_topic, concurrency=1)
+async def user_commands(stream: faust.StreamT) -> None:
+    """Runs the USER_SCOPED commands the control agent forwarded, on the owner of the user's partition: each
+    once (by id), each answered on the replies topic. The record is the command as ops sent it, checked again
+    here (its token included), and it must be keyed by the user it changes."""
+    async for event in stream.events():
+        try:
+            cmd = parse_command(event.value, settings.control_token)
+            if cmd.command not in USER_SCOPED:
+                raise InvalidCommand("bad_field", f"{cmd.command} is not a user's command", cmd.id)
+        except InvalidCommand as exc:
+            await send_reply(exc.command_id, reply(exc.command_id, None, "rejected",
+                                                   {"reason": exc.reason, "error": exc.message}))
+            await send_dead_letter(event, exc.reason, exc.message)
+            continue
+        earlier = owner_seen_table.get(cmd.id)
+        if earlier is not None and earlier["fingerprint"] == cmd.fingerprint().decode():
+            continue  # forwarded twice: run and answered once
+        try:
+            user = await until_the_store_reads(cmd)
+            if (event.key or b"") != user.encode():
+                raise CommandFailed(f"forwarded under another user's key: {cmd.command} changes {user}'s memories")
+            body = reply(cmd.id, cmd.command, "ok", await until_the_store_writes(cmd))
+        except CommandFailed as exc:
+            body = reply(cmd.id, cmd.command, "error", {"error": str(exc)})
+        except Exception as exc:  # a failing command must not stop the stream
+            log.exception("control command %s failed", cmd.id)
+            body = reply(cmd.id, cmd.command, "error", {"error": f"{type(exc).__name__}: {exc}"})
+        owner_seen_table[cmd.id] = {"fingerprint": cmd.fingerprint().decode(), "reply": body}
+        await send_reply(cmd.id, body)
+        health.recovered("control")
+        log.info("control %s %s (user's partition %d) -> %s", cmd.id, cmd.command, event.message.partition,
+                 body["outcome"])
+
+
 @app.agent(control_topic, concurrency=1)
 async def control(stream: faust.StreamT) -> None:
     """One reply per command id; bad commands rejected with a dead letter; nothing applied twice."""
@@ -273,7 +373,13 @@ async def control(stream: faust.StreamT) -> None:
                 "error": f"not run: this worker cannot record commands ({health.one_line(exc)})"}))
             continue
         try:
-            body = reply(cmd.id, cmd.command, "ok", await until_the_store_writes(cmd))
+            if cmd.command in USER_SCOPED:
+                refused = await forward(event, cmd)
+                if refused is None:
+                    continue  # the owner of the user's partition runs it and replies
+                body = refused
+            else:
+                body = reply(cmd.id, cmd.command, "ok", await until_the_store_writes(cmd))
         except CommandFailed as exc:
             body = reply(cmd.id, cmd.command, "error", {"error": str(exc)})
         except Exception as exc:  # a failing command must not stop the control stream

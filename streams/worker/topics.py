@@ -19,7 +19,7 @@ log = logging.getLogger("dreamstream.topics")
 def declared(settings: Settings) -> dict[str, int]:
     t = settings.topics
     out = {name: t.partitions for name in (t.memory_added, t.memory_status, t.patterns, t.dead_letters,
-                                           t.synthesis_runs, t.memory_accessed)}
+                                           t.synthesis_runs, t.memory_accessed, t.control_users)}
     # Commands are few and must be applied in the order sent: one partition.
     out.update({t.control: 1, t.control_replies: 1})
     return out
@@ -32,13 +32,31 @@ async def ensure_topics(settings: Settings, timeout: float = 30.0) -> list[str]:
     await admin.start()
     try:
         existing = set(await admin.list_topics())
-        missing = [NewTopic(name, n, 1) for name, n in declared(settings).items() if name not in existing]
+        want = declared(settings)
+        t = settings.topics
+        counts = await partition_counts(admin, [n for n in (t.memory_added, t.control_users) if n in existing])
+        if t.memory_added in counts:
+            # A user's commands go to the worker holding the user's memory.added partition only while both
+            # topics have one partition count (Faust assigns them together then): follow the topic as it is.
+            want[t.control_users] = counts[t.memory_added]
+            if counts.get(t.control_users, want[t.control_users]) != want[t.control_users]:
+                log.error("%s has %d partitions and %s %d: a user's control commands may run beside that user's "
+                          "ingest on another worker; recreate %s with %d partitions", t.control_users,
+                          counts[t.control_users], t.memory_added, counts[t.memory_added], t.control_users,
+                          counts[t.memory_added])
+        missing = [NewTopic(name, n, 1) for name, n in want.items() if name not in existing]
         if missing:
             await admin.create_topics(missing)
             log.info("created topics %s", ", ".join(t.name for t in missing))
         return [t.name for t in missing]
     finally:
         await admin.close()
+
+
+async def partition_counts(admin: AIOKafkaAdminClient, names: list[str]) -> dict[str, int]:
+    if not names:
+        return {}
+    return {d["topic"]: len(d["partitions"]) for d in await admin.describe_topics(names) if not d.get("error_code")}
 
 
 def ensure_topics_sync(settings: Settings) -> list[str]:

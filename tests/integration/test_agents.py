@@ -17,7 +17,7 @@ import pytest
 import pytest_asyncio
 
 from dreamstream.schemas.memory import Memory
-from dreamstream.streams.core.ingest import Processor
+from dreamstream.streams.core.ingest import Incoming, Processor
 from dreamstream.streams.dev.localrun import consume_all
 from dreamstream.streams.store import EdgeStore
 from dreamstream.streams.worker import app as appmod
@@ -135,6 +135,38 @@ async def test_control_agent_applies_once_and_bookkeeping_counts(kafka: str, pro
     assert sw.due({**state, "facts": 20}, "2026-02-01T00:00:00Z", 7.0)
     assert not sw.due({**state, "facts": 20, "checked": 1}, "2026-02-01T00:00:00Z", 7.0)  # nothing new
     assert not sw.due({**state, "facts": 20, "last_run": "2026-01-30T00:00:00Z"}, "2026-02-01T00:00:00Z", 7.0)
+
+
+async def test_a_users_command_is_forwarded_to_its_partition_and_run_there_once(kafka: str, proc: Processor) -> None:
+    """erase is not run where dream.control is read: it goes, keyed by the user, to dream.control.users, whose
+    agent (on the owner of the user's partition) runs it once however often it arrives, and answers once; a
+    record keyed by another user is refused there and changes nothing."""
+    from dreamstream.schemas.control import command
+    from dreamstream.streams.worker import control as ctl
+
+    await ctl.replies_topic.maybe_declare()
+    await ctl.user_commands_topic.maybe_declare()
+    user, other = f"fw-{uuid.uuid4().hex[:8]}", f"fw-{uuid.uuid4().hex[:8]}"
+    proc.process([Incoming(line(event(1, user, "Lives in Porto."))), Incoming(line(event(1, other, "Lives in Faro.")))])
+    body = orjson.dumps(command("erase", {"user": user}))
+    cid = orjson.loads(body)["id"]
+    async with ctl.control.test_context() as agent:
+        await agent.put(key=cid.encode(), value=body, wait=True)
+    assert memory(proc, f"m-{user}-1").user_id == user  # not run where the control topic is read
+    forwarded = await consume_all(kafka, ctl.user_commands_topic.get_topic_name(), expect=10**6, timeout=5,
+                                  keep=lambda r: r.key == user.encode())
+    assert [r["id"] for r in forwarded] == [cid]
+
+    wrong = orjson.dumps(command("erase", {"user": other}))
+    async with ctl.user_commands.test_context() as agent:
+        await agent.put(key=user.encode(), value=body, wait=True)
+        await agent.put(key=user.encode(), value=body, wait=True)  # forwarded twice: run and answered once
+        await agent.put(key=user.encode(), value=wrong, wait=True)  # under another user's key
+    assert not proc.store.retrieve([f"m-{user}-1"]) and proc.store.retrieve([f"m-{other}-1"])
+    answers = await consume_all(kafka, ctl.replies_topic.get_topic_name(), expect=10**6, timeout=5,
+                                keep=lambda r: r.key in (cid.encode(), orjson.loads(wrong)["id"].encode()))
+    assert [(a["id"], a["outcome"]) for a in answers] == [(cid, "ok"), (orjson.loads(wrong)["id"], "error")]
+    assert answers[0]["details"]["deleted"] == 1 and "another user's key" in answers[1]["details"]["error"]
 
 
 async def test_scheduled_pass_runs_when_due_and_once_per_firing(proc: Processor,

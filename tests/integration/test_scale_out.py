@@ -9,6 +9,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -19,6 +20,7 @@ from typing import Any
 
 import orjson
 import pytest
+from aiokafka.partitioner import DefaultPartitioner
 from prometheus_client.parser import text_string_to_metric_families
 
 from dreamstream.streams.core.embedding import shared_embedder
@@ -149,6 +151,55 @@ def test_three_workers_on_six_partitions_one_killed_one_added(
     finally:
         for w in workers:
             w.stop()
+
+
+def commands_answered(worker: WorkerProcess, command: str) -> float:
+    """Replies this worker sent for `command` (ok or error), from its /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{worker.port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return sum(s.value for fam in text_string_to_metric_families(text) for s in fam.samples
+               if s.name == "dreamstream_control_commands_total" and s.labels.get("command") == command)
+
+
+def test_a_users_control_commands_run_on_the_worker_that_holds_the_users_partition(
+    kafka: str, unique: str, tmp_path: Path, server: ServerStore
+) -> None:
+    """Two workers on a shared store: undo and erase of a user whose memory.added partition the other worker
+    holds are run (and answered) by that worker, never beside its ingest by the one reading dream.control."""
+    records = events(unique, n_users=12)
+    env = worker_env(server, 4)
+    group = f"route-{unique}"
+    a, b = (WorkerProcess(kafka, group, tmp_path / name, extra_env=env) for name in ("a", "b"))
+    try:
+        a.start()
+        b.start()
+        wait(lambda: group_settled([a, b], 4), 120, "two workers hold all four partitions")
+        asyncio.run(produce(kafka, a.topics["added"], records))
+        wait(lambda: server.count() >= len(records), 300, "the workers stored everything")
+        control = [p for p in a.consumer_state().get("assigned", []) if p["topic"] == a.topics["control"]]
+        holder, owner = (a, b) if control else (b, a)
+        mine = inputs_held(owner)
+        decided = [m for m in server.scroll() if m.decisions and
+                   DefaultPartitioner()(m.user_id.encode(), [0, 1, 2, 3], [0, 1, 2, 3]) in mine]
+        assert decided, "no decision of a user the other worker holds"
+        user, decision = decided[0].user_id, decided[0].decisions[0]["decision_id"]
+        rc, undone = dream_control(holder, "undo", f"decision_id={decision}")
+        assert rc == 0 and undone["outcome"] == "ok", undone
+        rc, erased = dream_control(holder, "erase", f"user={user}", "--yes")
+        assert rc == 0 and erased["details"]["deleted"] >= 1 and server.count({"user_id": user}) == 0
+        assert [commands_answered(owner, c) for c in ("undo", "erase")] == [1, 1]
+        assert [commands_answered(holder, c) for c in ("undo", "erase")] == [0, 0]
+    finally:
+        a.stop()
+        b.stop()
+
+
+def dream_control(w: WorkerProcess, *args: str) -> tuple[int, dict[str, Any]]:
+    """`dream control ...` against the workers' topics, its reply parsed."""
+    dream = str(Path(sys.executable).with_name("dream"))
+    out = subprocess.run([dream, "control", *args, "--timeout", "60"], env=w.env, capture_output=True, timeout=120)
+    assert out.stdout, out.stderr.decode()[-2000:]
+    return out.returncode, orjson.loads(out.stdout)
 
 
 class QdrantServer:

@@ -209,7 +209,8 @@ def test_asyncapi_document() -> None:
     assert doc["asyncapi"] == "3.0.0"
     addresses = {ch["address"] for ch in doc["channels"].values()}
     assert addresses == {"memory.added", "memory.patterns", "memory.status", "memory.deadletter",
-                         "dream.synthesis.runs", "dream.control", "dream.control.replies", "memory.accessed"}
+                         "dream.synthesis.runs", "dream.control", "dream.control.replies", "memory.accessed",
+                         "dream.control.users"}
     messages = doc["components"]["messages"]
     seen = set()
     for channel in doc["channels"].values():

@@ -28,6 +28,7 @@ ENV_NAMES = {  # field -> the variable it has always been read from
     "topics.patterns": "DREAM_TOPIC_PATTERNS", "topics.dead_letters": "DREAM_TOPIC_DEAD_LETTERS",
     "topics.synthesis_runs": "DREAM_TOPIC_SYNTHESIS_RUNS", "topics.control": "DREAM_TOPIC_CONTROL",
     "topics.control_replies": "DREAM_TOPIC_CONTROL_REPLIES", "topics.memory_accessed": "DREAM_TOPIC_MEMORY_ACCESSED",
+    "topics.control_users": "DREAM_TOPIC_CONTROL_USERS",
     "topics.partitions": "DREAM_PARTITIONS",
     "kafka.protocol": "DREAM_KAFKA_SECURITY_PROTOCOL", "kafka.sasl_mechanism": "DREAM_KAFKA_SASL_MECHANISM",
     "kafka.sasl_username": "DREAM_KAFKA_SASL_USERNAME", "kafka.sasl_password": "DREAM_KAFKA_SASL_PASSWORD",
