@@ -194,6 +194,13 @@ def decide_pair(s: dict[str, float], h: dict[str, float], rule_relation: str, ru
     family = rule.split(":", 1)[0]
     if family in VETOES or (rule == "another_occasion" and cos >= 0.999):
         return "unrelated", 0.0, f"rule:{family}", None
+    if family == "unseen_difference":
+        # The pair differs only where no feature looks ("-5" / "5 degrees", two emoji, two Cyrillic sentences):
+        # what the scores say goes to a person, never applied.
+        rel, conf, why, fuller = decide_pair(s, h, "unrelated", "no_evidence", cos, t)
+        if rel in ("same", "replaces"):
+            return ("review_same" if rel == "same" else "review_replaces"), conf, "unseen_difference", fuller
+        return rel, conf, why, fuller
     new_fuller, keep = merge_choice(s)
     if rule == "exact_text":
         return "same", max(keep, 0.99), "exact_text", False

@@ -15,6 +15,7 @@ word features stored with each memory, so judging embeds nothing.
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -67,8 +68,23 @@ def cosine(new: Memory, old: Memory) -> float:
     return float(np.dot(np.asarray(new.vector, np.float32), np.asarray(old.vector, np.float32)))
 
 
+_TRIVIAL = frozenset(("Ps", "Pe", "Pi", "Pf"))
+"""Brackets and quotes (Unicode categories): they do not change what a sentence states."""
+_TRIVIAL_MARKS = frozenset(".,;:!?'\"¡¿…·、。，；：！？")
+"""Sentence punctuation that does not either (unlike "-" of -5, "#" of C#, "%", "/", "&", "@")."""
+
+
 def _norm(text: str) -> str:
-    return " ".join(tf.words(text))
+    """The text for the exact-duplicate rule: case, spacing and punctuation (but a minus sign) do not count;
+    every letter of any script, digit, symbol and emoji does. ASCII word tokens made every Cyrillic or Chinese
+    text "" (two different facts one duplicate), "-5 degrees" equal to "5", "I love 🍕" to "I love 🍣"."""
+    out = []
+    for ch in unicodedata.normalize("NFKC", text).casefold():
+        if ch.isspace() or unicodedata.category(ch) in _TRIVIAL or ch in _TRIVIAL_MARKS:
+            out.append(" ")
+        else:
+            out.append(ch)
+    return " ".join("".join(out).split())
 
 
 FeaturesOf = Callable[[list[str]], list[al.TokenFeatures]]
@@ -145,10 +161,15 @@ class OfflineJudge:
         def v(rel: Relation, conf: float, rule: str, new_fuller: bool | None = None) -> Verdict:
             return Verdict(old.memory_id, rel, round(conf, 4), rule, scores, new_fuller)
 
-        if _norm(new.text) == _norm(old.text):
+        same_text = _norm(new.text) == _norm(old.text)
+        if same_text or tf.words(new.text) == tf.words(old.text):
             if uc.occasions(new.text) and new.created_at[:10] != old.created_at[:10]:
                 return v("unrelated", 0.0, "another_occasion")  # "this morning" on two days: two events
-            return v("same", 1.0, "exact_text")
+            if same_text:
+                return v("same", 1.0, "exact_text")
+            # The same word tokens, other text: what differs (a sign, a symbol, an emoji, letters of a script
+            # the word features do not read) is beyond every feature. Never acted on (learned_judge.py).
+            return v("unrelated", 1 - cos, "unseen_difference")
         if fn is None or fo is None:
             return v("unrelated", 1 - cos, "no_features")
         # About someone else, or the same people in exchanged roles: never one fact, never an update.
@@ -336,7 +357,7 @@ def gate(verdict: Verdict, new: Memory, old: Memory, session_veto: bool = True) 
     that fails one becomes a review item. A merge keeps every name and number of the memory it
     hides; a supersede never puts an older statement over a newer one, and (for judges that cannot
     weigh the session as evidence, `session_veto`) comes from a later session."""
-    if verdict.relation == "same" and verdict.rule != "exact_text":
+    if verdict.relation == "same" and verdict.rule.rsplit(":", 1)[-1] != "exact_text":  # a duplicate loses nothing
         kept, hidden = (new, old) if verdict.new_fuller or (
             verdict.new_fuller is None and _more_complete(new, old)) else (old, new)
         if not (_literals_within(hidden.text, kept.text)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import math
+import unicodedata
 from datetime import UTC, datetime
 from typing import Any
 
@@ -50,11 +51,14 @@ def normalise_time(value: Any, field: str) -> str:
         raise InvalidEvent("bad_field", f"{field} must be an ISO 8601 string")
     try:
         parsed = parse_time(value)
-    except ValueError as exc:
+    except (ValueError, OverflowError) as exc:
         raise InvalidEvent("bad_field", f"{field} is not ISO 8601: {value!r}") from exc
     if parsed.tzinfo is None:
         raise InvalidEvent("bad_field", f"{field} needs a time zone: {value!r}")
-    parsed = parsed.astimezone(UTC)
+    try:
+        parsed = parsed.astimezone(UTC)
+    except OverflowError as exc:  # 9999-12-31T23:59-01:00 is past the calendar's end in UTC
+        raise InvalidEvent("bad_field", f"{field} is outside {MIN_YEAR}-{MAX_YEAR}: {value!r}") from exc
     if not MIN_YEAR <= parsed.year <= MAX_YEAR:
         raise InvalidEvent("bad_field", f"{field} is outside {MIN_YEAR}-{MAX_YEAR}: {value!r}")
     text = f"{parsed.year:04d}" + parsed.strftime("-%m-%dT%H:%M:%S")
@@ -163,7 +167,9 @@ def parse_memory_event(raw: bytes | str | dict[str, Any] | None) -> MemoryAdded:
     text: str = obj["text"]
     if not any(ch.isprintable() and not ch.isspace() for ch in text):
         raise InvalidEvent("empty_text", "text is empty (or only whitespace and control characters)")
-    if any(not ch.isprintable() and ch not in "\n\t\r" for ch in text):
+    # Control characters only (category Cc): the invisible format characters of ordinary text (the joiner in
+    # an emoji sequence, Persian's non-joiner, right-to-left marks, soft hyphens) and no-break spaces are text.
+    if any(unicodedata.category(ch) == "Cc" and ch not in "\n\t\r" for ch in text):
         raise InvalidEvent("bad_field", "text holds control characters (NUL and the like)")
     for name in ID_FIELDS:
         check_id(obj.get(name), name)

@@ -255,6 +255,9 @@ class Processor:
                 parsed.append((item, event))
             except InvalidEvent as exc:
                 self._dead(result, item, exc.reason, exc.message)
+            except Exception as exc:  # a record no check foresaw: its own dead letter, not a batch read forever
+                log.exception("record at %s-%s@%s could not be read", item.topic, item.partition, item.offset)
+                self._dead(result, item, "processing_error", f"{type(exc).__name__}: {exc}")
         fresh = self._screen(parsed, result)
         if not fresh:
             return result
@@ -462,13 +465,16 @@ class Processor:
             scored = [(m, sc) for m, sc in ((batch.current(c), sc) for c, sc in more) if m is not None]
         scored += [(m, float(np.dot(m.vector, new.vector))) for m in own if m.vector is not None]
         scored.sort(key=lambda pair: -pair[1])
-        seen = {m.memory_id for m in exact} | {new.memory_id}
-        out = list({m.memory_id: m for m in exact if m.memory_id != new.memory_id}.values())
+        # The newest exact matches first, and no more than candidate_k: a text a user repeats on many days
+        # stays active each time (another occasion), and judging every copy made each new one cost more.
+        out = sorted({m.memory_id: m for m in exact if m.memory_id != new.memory_id}.values(),
+                     key=lambda m: m.created_at, reverse=True)
+        seen = {m.memory_id for m in out} | {new.memory_id}
         for m, _ in scored:
             if m.memory_id not in seen:
                 seen.add(m.memory_id)
                 out.append(m)
-        return [copy.copy(m) for m in out[: max(self.candidate_k, len(exact))]]
+        return [copy.copy(m) for m in out[: self.candidate_k]]
 
     def _memory(self, event: MemoryAdded, vector: np.ndarray, features: Features) -> Memory:
         return Memory(

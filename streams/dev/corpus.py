@@ -42,6 +42,8 @@ def _bad_kinds(i: int, user: str) -> list[tuple[str, str, bytes]]:
         ("text_not_string", "bad_field", changed(text=["a", "list"])),
         ("time_not_iso", "bad_field", changed(created_at="yesterday")),
         ("time_without_zone", "bad_field", changed(created_at="2026-01-01T09:00:00")),
+        ("time_past_the_calendar", "bad_field", changed(created_at="9999-12-31T23:59:59-00:01")),
+        ("time_before_the_calendar", "bad_field", changed(created_at="0001-01-01T00:00:00+00:01")),
         ("blank_text", "empty_text", changed(text="   \n\t ")),
         ("nul_text", "empty_text", changed(text="\x00" * 12)),
         ("control_text", "empty_text", changed(text="\x01\x02\x1b\x7f")),

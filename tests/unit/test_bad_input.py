@@ -1,4 +1,4 @@
-"""The bad-input corpus (streams/dev/corpus.py: 1,260 bad records of 28 kinds among valid ones) through
+"""The bad-input corpus (streams/dev/corpus.py: 1,350 bad records of 30 kinds among valid ones) through
 `dream replay`: each bad record dead-lettered exactly once with its reason, every valid one stored."""
 
 from __future__ import annotations

@@ -54,6 +54,9 @@ def test_metadata_nested_up_to_the_limit_is_kept() -> None:
         (line(event(1, "u1", "   ")), "empty_text"),
         (line(event(1, "u1", "\x00" * 20)), "empty_text"),
         (line(event(1, "u1", "\x00\x07 \x1b")), "empty_text"),
+        (line(event(1, "u1", "Lives in Porto.\x00")), "bad_field"),
+        (line({**event(1, "u1", "x"), "created_at": "9999-12-31T23:59:59-00:01"}), "bad_field"),
+        (line({**event(1, "u1", "x"), "created_at": "0001-01-01T00:00:00+00:01"}), "bad_field"),
         (line({**event(1, "u1", "x"), "metadata": {"a": nested(40)}}), "bad_field"),
         (line(event(1, "u1", "x" * (MAX_TEXT_CHARS + 1))), "oversize"),
         (b" " * (MAX_EVENT_BYTES + 1), "oversize"),
@@ -61,6 +64,13 @@ def test_metadata_nested_up_to_the_limit_is_kept() -> None:
 )
 def test_bad_input_has_a_reason(raw: bytes, reason: str) -> None:
     assert reason_of(raw) == reason
+
+
+@pytest.mark.parametrize("text", ["Works as a developer 👩\u200d💻.", "می\u200cخواهم فارسی یاد بگیرم",
+                                  "Her name is \u200fمريم\u200f.", "Says co\u00adoperation.", "Lives at 5\u00a0Rua Augusta."])
+def test_the_invisible_characters_of_ordinary_text_are_text(text: str) -> None:
+    """Joiners, right-to-left marks, soft hyphens and no-break spaces are not control characters."""
+    assert parse_memory_event(line(event(1, "u1", text))).text == text
 
 
 def test_dead_letter_keeps_the_original_bytes() -> None:

@@ -309,3 +309,60 @@ def test_reprocess_keeps_an_update_whose_original_the_new_order_merged_away(edge
     assert not result.dead_letters
     texts = {m.text: m.status for m in edge_store.scroll({"user_id": "u"})}
     assert texts["User has a dog named Rex and a cat named Tom."] == "active"
+
+
+def test_a_record_that_fails_in_a_way_no_check_foresaw_is_a_dead_letter_not_a_stuck_batch(
+        proc: Processor, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ingest reads a batch again only for a store fault: a record whose reading raises anything else (a bug, an
+    input no check foresaw) is dead-lettered as processing_error, and the records beside it are stored."""
+    from dreamstream.streams.core import ingest
+
+    real = ingest.parse_memory_event
+
+    def parse(raw: object) -> object:
+        if b"Unforeseen" in raw:  # type: ignore[operator]
+            raise OverflowError("date value out of range")
+        return real(raw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ingest, "parse_memory_event", parse)
+    result = feed(proc, _raw("m-1", "ana", "Ana lives in Lisbon.", 1), _raw("m-2", "ana", "Unforeseen.", 2),
+                  _raw("m-3", "ana", "Ana plays the cello.", 3))
+    assert [d["reason"] for d in result.dead_letters] == ["processing_error"]  # type: ignore[attr-defined]
+    assert sorted(statuses(proc)) == ["m-1", "m-3"]
+
+
+def test_a_text_repeated_on_many_days_is_judged_against_its_newest_copies_only(edge_store, embedder) -> None:
+    """Each day's "went for a run" stays active (another occasion); the next one is judged against at most
+    candidate_k of them, the newest, so a repeated text costs the same on day 40 as on day 2."""
+    from dreamstream.streams.core.ingest import default_decide
+
+    judge, _ = default_decide()
+    seen: list[list[str]] = []
+
+    def decide(new, candidates):  # type: ignore[no-untyped-def]
+        seen.append([c.memory_id for c in candidates])
+        return judge(new, candidates)
+
+    proc = Processor(edge_store, embedder, decide=decide, candidate_k=4)
+    for day in range(1, 13):
+        feed(proc, _raw(f"m-{day}", "ana", "Went for a run this morning.", day))
+    assert statuses(proc) == {f"m-{day}": "active" for day in range(1, 13)}
+    assert max(len(c) for c in seen) == 4
+    assert seen[-1] == ["m-11", "m-10", "m-9", "m-8"]
+
+
+@pytest.mark.parametrize(("old", "new"), [
+    ("The thermostat is set to -5 degrees.", "The thermostat is set to 5 degrees."),
+    ("Mood today: 😀", "Mood today: 😢"),
+    ("Живёт в Москве.", "Живёт в Париже."),
+    ("住在东京。", "喜欢猫。"),
+])
+def test_texts_that_differ_only_where_no_feature_reads_are_never_merged(proc: Processor, old: str, new: str) -> None:
+    """A sign, an emoji or a script the word features do not read: such a pair is not an exact duplicate, and
+    what the scores make of it goes to review at most; the same text again is still a duplicate."""
+    feed(proc, _raw("m-1", "ana", old, 1))
+    result = feed(proc, _raw("m-2", "ana", new, 2))
+    assert statuses(proc) == {"m-1": "active", "m-2": "active"}
+    assert all(e["to_status"] != "merged" for e in result.status_events)  # type: ignore[attr-defined]
+    feed(proc, _raw("m-3", "ana", new, 2))  # the same day: "today" twice is one occasion
+    assert proc.store.retrieve(["m-3"])["m-3"].status == "merged"
