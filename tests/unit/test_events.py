@@ -67,7 +67,8 @@ def test_bad_input_has_a_reason(raw: bytes, reason: str) -> None:
 
 
 @pytest.mark.parametrize("text", ["Works as a developer 👩\u200d💻.", "می\u200cخواهم فارسی یاد بگیرم",
-                                  "Her name is \u200fمريم\u200f.", "Says co\u00adoperation.", "Lives at 5\u00a0Rua Augusta."])
+                                  "Her name is \u200fمريم\u200f.", "Says co\u00adoperation.",
+                                  "Lives at 5\u00a0Rua Augusta."])
 def test_the_invisible_characters_of_ordinary_text_are_text(text: str) -> None:
     """Joiners, right-to-left marks, soft hyphens and no-break spaces are not control characters."""
     assert parse_memory_event(line(event(1, "u1", text))).text == text
