@@ -205,6 +205,10 @@ class Settings(_EnvSettings):
     inside the engine's memory-mapped files ends in SIGBUS, not in an error."""
     http_host: str = Field(default="127.0.0.1", validation_alias="DREAM_HTTP_HOST")
     http_port: int = Field(default=6066, validation_alias="DREAM_HTTP_PORT")
+    advertised_url: OptStr = Field(default=None, validation_alias="DREAM_ADVERTISED_URL")
+    """How the other workers reach this one's API (e.g. http://10.0.3.7:6066): a user's write sent to any
+    worker is passed to the one holding the user's partition. Unset: http://DREAM_HTTP_HOST:DREAM_HTTP_PORT,
+    and no passing on when that host is 0.0.0.0 (it names no one machine)."""
     synthesis_check_seconds: float = Field(default=60.0, validation_alias="DREAM_SYNTHESIS_CHECK_SECONDS")
     synthesis_cadence: str = Field(default="weekly", validation_alias="DREAM_SYNTHESIS_CADENCE")
     """`weekly`, `daily`, `biweekly` or a number of days."""

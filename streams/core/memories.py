@@ -188,6 +188,14 @@ def erase_user(store: MemoryStore, user: str, intent: str) -> int:
     return found
 
 
+def decision_user(store: MemoryStore, decision_id: str) -> str | None:
+    """The user whose memory holds a decision's record (None: no memory holds it)."""
+    for holder in store.scroll({"decision_ids": decision_id}):
+        if any(rec.get("decision_id") == decision_id for rec in holder.decisions):
+            return holder.user_id
+    return None
+
+
 def history(store: MemoryStore, memory_id: str, user: str) -> dict[str, Any] | None:
     """Its decisions (with evidence) and links both ways; None for an unknown id or another user's."""
     got = store.retrieve([memory_id]).get(memory_id)

@@ -14,7 +14,8 @@
     GET  /v1/stats?detail=1                counts by status, kind and type, users, last consolidation runs
     GET  /v1/openapi.json                  this API, described
 
-Errors are JSON `{"error": ...}` with a 4xx status. Auth: with DREAM_API_TOKEN set every call needs
+A user's write sent to a worker that does not hold the user's partition is passed on to the one that does
+(`at_owner`). Errors are JSON `{"error": ...}` with a 4xx status. Auth: with DREAM_API_TOKEN set every call needs
 `Authorization: Bearer <token>`; without one, only loopback clients are answered.
 """
 
@@ -30,6 +31,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import aiohttp
 import orjson
 from aiohttp import web as aioweb
 from faust.web import Request, Response, View
@@ -85,6 +87,41 @@ async def _read_json(request: Request) -> Any:
         return orjson.loads(await request.read())
     except orjson.JSONDecodeError as exc:
         raise ValueError(f"invalid_json: {exc}") from None
+
+
+FORWARDED_BY = "X-Dream-Forwarded-By"
+"""On a request passed on to the worker holding its user's partition: that worker runs it, never passes it on."""
+SERVED_BY = "X-Dream-Served-By"
+"""On the answer to a passed-on request: the worker that ran it."""
+
+
+async def at_owner(request: Request, user: str) -> Any | None:
+    """A user's write (delete, erase, undo, a consolidation pass or approval) is run by the worker holding
+    the user's memory.added partition, as ingest of that user is: on a shared store, one run anywhere else
+    interleaved its read-modify-write of links with that ingest. Returns None to run it here (this worker
+    holds it, the request was passed on already, or no assignment or reachable address is known: one
+    worker), else the owner's answer, passed back as it came."""
+    here = app.conf.canonical_url
+    if request.headers.get(FORWARDED_BY) or here.host in (None, "", "0.0.0.0", "::"):
+        return None
+    try:
+        owner = app.router.external_topic_key_store(memory_added_topic, user.encode())
+    except Exception:  # KeyError: no assignment known yet
+        return None
+    if (owner.host, owner.port) == (here.host, here.port):
+        return None
+    headers = {k: v for k in ("Authorization", "Content-Type") if (v := request.headers.get(k))}
+    url = owner.with_path(request.url.path).with_query(request.url.query)
+    try:
+        async with app.http_client.request(request.method, url,
+                                           data=await request.read(), headers={**headers, FORWARDED_BY: str(here)},
+                                           timeout=aiohttp.ClientTimeout(total=120)) as answer:
+            body = await answer.read()
+            return aioweb.Response(body=body, status=answer.status, content_type=answer.content_type,
+                                   headers={SERVED_BY: str(owner)})
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        return _error(503, f"the worker holding user {user}'s partition ({owner}) did not answer: "
+                           f"{type(exc).__name__}: {exc}")
 
 
 Handler = Callable[..., Awaitable[Any]]
@@ -186,6 +223,8 @@ class MemoryView(View):
         hard = request.query.get("hard", "false")
         if set(request.query) - {"user", "hard"} or hard not in ("true", "false", "1", "0"):
             raise ValueError("a delete takes user and hard=true|false")
+        if (passed := await at_owner(request, user)) is not None:
+            return passed  # type: ignore[no-any-return]
         proc = await processor()
         remove = memories.hard_delete_memory if hard in ("true", "1") else memories.delete_memory
         try:
@@ -210,6 +249,8 @@ class UserView(View):
         if request.query.get("confirm") != user_id:
             return _error(400, f"erasing deletes every memory of {user_id} for good: "  # type: ignore[no-any-return]
                                f"add ?confirm={user_id}")
+        if (passed := await at_owner(request, user_id)) is not None:
+            return passed  # type: ignore[no-any-return]
         proc = await processor()
         request_id = uuid.uuid4().hex
         intent = os.path.join(settings.data_dir, "erase", f"http-{request_id}.json")
@@ -238,6 +279,9 @@ class UndoView(View):
     @api_call
     async def post(self, request: Request, decision_id: str) -> Response:
         proc = await processor()
+        user = await on_store_thread(memories.decision_user, proc.store, decision_id)
+        if user is not None and (passed := await at_owner(request, user)) is not None:
+            return passed  # type: ignore[no-any-return]
         try:
             events = await on_store_thread(proc.undo, decision_id)
         except KeyError as exc:
@@ -299,6 +343,8 @@ class ConsolidationsView(View):
             raise ValueError("app must be a non-empty string (or left out)")
         if body.get("dry_run") and mode == "auto":  # it would apply what the caller meant only to look at
             raise ValueError("auto with dry_run: a pass's dry run is mode dry_run (dry_run is for light and full)")
+        if user and (passed := await at_owner(request, user)) is not None:
+            return passed  # type: ignore[no-any-return]
         if mode in ("light", "full"):
             proc = await processor()
             events: list[dict[str, Any]] = []
@@ -327,6 +373,8 @@ class ApproveView(View):
         body = await _body(request)
         if set(body) - {"answers", "rest"} or not isinstance(body.get("answers", {}), dict):
             raise ValueError('an approval is {"answers": {item: apply|skip|A|B}, "rest": apply|skip}')
+        if (passed := await plan_owner(request, plan_id)) is not None:
+            return passed  # type: ignore[no-any-return]
         return await _consolidation("consolidate.approve", {"plan_id": plan_id, **body})
 
 
@@ -335,7 +383,16 @@ class PlanView(View):
     @api_call
     async def delete(self, request: Request, plan_id: str) -> Response:
         """The plan dropped, nothing applied."""
+        if (passed := await plan_owner(request, plan_id)) is not None:
+            return passed  # type: ignore[no-any-return]
         return await _consolidation("consolidate.reject", {"plan_id": plan_id})
+
+
+async def plan_owner(request: Request, plan_id: str) -> Any | None:
+    """`at_owner` for a plan: its user from the plan where this worker keeps it, else from ?user= (a plan is
+    kept by the worker that made it, the one holding its user's partition)."""
+    user = runner.plan_user(settings.data_dir, plan_id) or request.query.get("user")
+    return await at_owner(request, user) if user else None
 
 
 @app.page("/v1/openapi.json")

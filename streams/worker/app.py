@@ -50,6 +50,7 @@ app = DreamApp(
     web_host=settings.http_host,
     web_bind=settings.http_host,
     web_port=settings.http_port,
+    canonical_url=settings.advertised_url or f"http://{settings.http_host}:{settings.http_port}",
     web_in_thread=False,
     consumer_auto_offset_reset="earliest",
     broker_commit_every=200,

@@ -259,20 +259,16 @@ async def until_the_store_writes(cmd: Command) -> dict[str, Any]:
         return details
 
 
-def _decision_user(proc: Any, decision_id: str) -> str:
-    for holder in proc.store.scroll({"decision_ids": decision_id}):
-        if any(rec.get("decision_id") == decision_id for rec in holder.decisions):
-            return str(holder.user_id)
-    raise CommandFailed(f"no decision {decision_id}")
-
-
 async def user_of(cmd: Command) -> str:
     """The user whose memories a USER_SCOPED command changes (CommandFailed: none can be found).
 
     A plan is found by its id where this worker keeps it, else by the `user` the command names (a plan is
     kept by the worker that made it, the owner of its user's partition)."""
     if cmd.command == "undo":
-        return str(await on_store_thread(_decision_user, await processor(), cmd.args["decision_id"]))
+        user = await on_store_thread(memories.decision_user, (await processor()).store, cmd.args["decision_id"])
+        if user is None:
+            raise CommandFailed(f"no decision {cmd.args['decision_id']}")
+        return str(user)
     if cmd.command in ("consolidate.approve", "consolidate.reject"):
         user = cr.plan_user(settings.data_dir, str(cmd.args["plan_id"])) or cmd.args.get("user")
         if not isinstance(user, str) or not user:

@@ -161,7 +161,7 @@ def commands_answered(worker: WorkerProcess, command: str) -> float:
                if s.name == "dreamstream_control_commands_total" and s.labels.get("command") == command)
 
 
-def test_a_users_control_commands_run_on_the_worker_that_holds_the_users_partition(
+def test_a_users_control_commands_and_api_writes_run_on_the_worker_that_holds_the_users_partition(
     kafka: str, unique: str, tmp_path: Path, server: ServerStore
 ) -> None:
     """Two workers on a shared store: undo and erase of a user whose memory.added partition the other worker
@@ -189,9 +189,31 @@ def test_a_users_control_commands_run_on_the_worker_that_holds_the_users_partiti
         assert rc == 0 and erased["details"]["deleted"] >= 1 and server.count({"user_id": user}) == 0
         assert [commands_answered(owner, c) for c in ("undo", "erase")] == [1, 1]
         assert [commands_answered(holder, c) for c in ("undo", "erase")] == [0, 0]
+
+        # The HTTP API's writes likewise: sent to the other worker, run by the owner and answered through it.
+        other = next((m for m in decided if m.user_id != user), None)
+        assert other is not None, "a second user the other worker holds"
+        answer = http(holder, "POST", f"/v1/decisions/{other.decisions[0]['decision_id']}/undo")
+        assert answer.status == 200 and answer.headers.get("X-Dream-Served-By") == f"http://127.0.0.1:{owner.port}"
+        assert orjson.loads(answer.read())["decision_id"] == other.decisions[0]["decision_id"]
+        answer = http(holder, "DELETE", f"/v1/memories/{other.memory_id}?user={other.user_id}")
+        assert answer.status == 200 and answer.headers.get("X-Dream-Served-By") == f"http://127.0.0.1:{owner.port}"
+        assert server.retrieve([other.memory_id])[other.memory_id].status == "deleted"
+        answer = http(owner, "DELETE", f"/v1/users/{other.user_id}?confirm={other.user_id}")  # the owner: run there
+        assert answer.status == 200 and "X-Dream-Served-By" not in answer.headers
+        assert server.count({"user_id": other.user_id}) == 0
     finally:
         a.stop()
         b.stop()
+
+
+def http(w: WorkerProcess, method: str, path: str) -> Any:
+    """One API call; the response (its status, headers and body), an error status included."""
+    try:
+        return urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{w.port}{path}", method=method,
+                                                             data=b"" if method == "POST" else None), timeout=150)
+    except urllib.error.HTTPError as exc:
+        return exc
 
 
 def dream_control(w: WorkerProcess, *args: str) -> tuple[int, dict[str, Any]]:
