@@ -383,11 +383,24 @@ def control(proc: Any, command: str, args: Mapping[str, Any], retention: Mapping
     return out
 
 
+def command_pass_id(command_id: str) -> str:
+    """The pass a control command applies: its id from the command's, so a redelivery finds it."""
+    return "cons-" + hashlib.sha256(f"command|{command_id}".encode()).hexdigest()[:16]
+
+
+def command_pass_user(store: MemoryStore, command_id: str) -> str | None:
+    """The user of the pass a command applied already (None: it applied none)."""
+    pass_id = command_pass_id(command_id)
+    for m in store.scroll({"decision_ids": pass_id}):
+        if any(rec.get("decision_id") == pass_id and rec.get("action") == "consolidate" for rec in m.decisions):
+            return m.user_id
+    return None
+
+
 def _repeated(store: MemoryStore, command: str, command_id: str | None) -> dict[str, Any] | None:
     if command_id is None or command == "consolidate.reject":
         return None
-    pass_id = "cons-" + hashlib.sha256(f"command|{command_id}".encode()).hexdigest()[:16]
-    record = find_pass(store, pass_id)
+    record = find_pass(store, command_pass_id(command_id))
     return None if record is None else dict(record.get("outcome") or {"decision_id": pass_id})
 
 

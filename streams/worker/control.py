@@ -270,7 +270,10 @@ async def user_of(cmd: Command) -> str:
             raise CommandFailed(f"no decision {cmd.args['decision_id']}")
         return str(user)
     if cmd.command in ("consolidate.approve", "consolidate.reject"):
-        user = cr.plan_user(settings.data_dir, str(cmd.args["plan_id"])) or cmd.args.get("user")
+        # The plan where this worker keeps it, the command's `user`, or, for an approval that was applied
+        # (its plan gone) and is read again after a crash, the user of the pass it applied.
+        user = cr.plan_user(settings.data_dir, str(cmd.args["plan_id"])) or cmd.args.get("user") \
+            or await on_store_thread(cr.command_pass_user, (await processor()).store, cmd.id)
         if not isinstance(user, str) or not user:
             raise CommandFailed(f"no pending plan {str(cmd.args['plan_id'])[:40]} on this worker: name its user "
                                 "(user=...), the one its dry run's reply gave")
@@ -323,6 +326,14 @@ async def user_commands(stream: faust.StreamT) -> None:
         earlier = owner_seen_table.get(cmd.id)
         if earlier is not None and earlier["fingerprint"] == cmd.fingerprint().decode():
             continue  # forwarded twice: run and answered once
+        try:
+            owner_seen_table.partition_for_key(cmd.id)  # it can remember the command (partition counts agree)
+        except Exception as exc:
+            health.failed("control", exc)
+            log.error("control %s refused: this worker cannot record commands: %s", cmd.id, health.one_line(exc))
+            await send_reply(cmd.id, reply(cmd.id, cmd.command, "error", {
+                "error": f"not run: this worker cannot record commands ({health.one_line(exc)})"}))
+            continue
         try:
             user = await until_the_store_reads(cmd)
             if (event.key or b"") != user.encode():

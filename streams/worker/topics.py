@@ -35,15 +35,12 @@ async def ensure_topics(settings: Settings, timeout: float = 30.0) -> list[str]:
         want = declared(settings)
         t = settings.topics
         counts = await partition_counts(admin, [n for n in (t.memory_added, t.control_users) if n in existing])
-        if t.memory_added in counts:
-            # A user's commands go to the worker holding the user's memory.added partition only while both
-            # topics have one partition count (Faust assigns them together then): follow the topic as it is.
-            want[t.control_users] = counts[t.memory_added]
-            if counts.get(t.control_users, want[t.control_users]) != want[t.control_users]:
-                log.error("%s has %d partitions and %s %d: a user's control commands may run beside that user's "
-                          "ingest on another worker; recreate %s with %d partitions", t.control_users,
-                          counts[t.control_users], t.memory_added, counts[t.memory_added], t.control_users,
-                          counts[t.memory_added])
+        for name, n in counts.items():
+            if n != t.partitions:
+                # The per-user tables' changelogs have DREAM_PARTITIONS partitions: their agents then fail on
+                # every record, and a user's commands are not run beside that user's ingest.
+                log.error("%s has %d partitions but DREAM_PARTITIONS is %d: set DREAM_PARTITIONS=%d (or recreate "
+                          "%s with %d partitions)", name, n, t.partitions, n, name, t.partitions)
         missing = [NewTopic(name, n, 1) for name, n in want.items() if name not in existing]
         if missing:
             await admin.create_topics(missing)

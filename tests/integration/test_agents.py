@@ -169,6 +169,38 @@ async def test_a_users_command_is_forwarded_to_its_partition_and_run_there_once(
     assert answers[0]["details"]["deleted"] == 1 and "another user's key" in answers[1]["details"]["error"]
 
 
+async def test_an_approval_applied_before_a_crash_is_answered_ok_when_read_again(kafka: str, proc: Processor) -> None:
+    """A worker applied an approval (its plan file gone) and died before replying: the command read again (by
+    the control agent and by the owner) finds its user from the pass it applied, and is answered ok from it."""
+    from dreamstream.schemas.control import command
+    from dreamstream.streams.core import consolidation as cr
+    from dreamstream.streams.worker import control as ctl
+
+    await ctl.replies_topic.maybe_declare()
+    await ctl.user_commands_topic.maybe_declare()
+    user = f"ap-{uuid.uuid4().hex[:8]}"
+    data_dir = appmod.settings.data_dir
+    proc.process([Incoming(line(event(1, user, "Was halfway through the login refactor.", mtype="session_state")))])
+    plan_id = cr.control(proc, "consolidate.run", {"user": user}, None, data_dir)[0]["plan_id"]
+    body = orjson.dumps(command("consolidate.approve", {"plan_id": plan_id}))
+    cid = orjson.loads(body)["id"]
+    cr.control(proc, "consolidate.approve", {"plan_id": plan_id}, None, data_dir, None, cid)  # then the crash
+    assert cr.plan_user(data_dir, plan_id) is None
+    async with ctl.control.test_context() as agent:
+        await agent.put(key=cid.encode(), value=body, wait=True)
+        await wait_until(lambda: ctl.seen_table.get(cid) is not None)  # the agent reads the store on its thread
+    async with ctl.user_commands.test_context() as agent:
+        await agent.put(key=user.encode(), value=body, wait=True)
+        await wait_until(lambda: ctl.owner_seen_table.get(cid) is not None)
+    forwarded = await consume_all(kafka, ctl.user_commands_topic.get_topic_name(), expect=10**6, timeout=5,
+                                  keep=lambda r: r.key == user.encode())
+    answers = await consume_all(kafka, ctl.replies_topic.get_topic_name(), expect=10**6, timeout=5,
+                                keep=lambda r: r.key == cid.encode())
+    assert [r["id"] for r in forwarded] == [cid], answers
+    assert [(a["outcome"], a["details"].get("approved"), a["details"].get("pruned")) for a in answers] == [
+        ("ok", True, 1)]
+
+
 async def test_scheduled_pass_runs_when_due_and_once_per_firing(proc: Processor,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """The crontab timer's step: a due schedule runs `--auto` for its scope and records the run."""
