@@ -400,7 +400,8 @@ def command_pass_user(store: MemoryStore, command_id: str) -> str | None:
 def _repeated(store: MemoryStore, command: str, command_id: str | None) -> dict[str, Any] | None:
     if command_id is None or command == "consolidate.reject":
         return None
-    record = find_pass(store, command_pass_id(command_id))
+    pass_id = command_pass_id(command_id)
+    record = find_pass(store, pass_id)
     return None if record is None else dict(record.get("outcome") or {"decision_id": pass_id})
 
 
