@@ -181,6 +181,11 @@ async def consolidate(user: str | None, app_id: str | None, auto: bool, dry_run:
         raise click.UsageError("--auto and --dry-run exclude each other")
     if (auto or dry_run or yes) and each:
         raise click.UsageError("--each asks at each item: not with --auto, --dry-run or --yes")
+    if schedule and (auto or dry_run or yes or each or light or full or hard_delete or retention_file):
+        raise click.UsageError("--schedule registers a recurring --auto pass on the worker: it takes --user and "
+                               "--app only")
+    if (light or full) and (hard_delete or retention_file or each or auto or yes):
+        raise click.UsageError("--light and --full take --user and --dry-run only")
     url = None if schedule else worker_url(store_dir, api_url)
     if url is not None:
         through_worker(url, user, app_id, auto=auto, dry_run=dry_run, yes=yes, each=each, light=light, full=full,
@@ -220,6 +225,10 @@ async def consolidate(user: str | None, app_id: str | None, auto: bool, dry_run:
                    f"{' --app ' + app_id if app_id else ''} --auto, {schedule} ({entry['cron']}, worker local time)")
         return
     policies, warning = runner.load_retention(retention_file or settings.retention_file)
+    if warning and (retention_file or hard_delete):
+        # The defaults in place of a file the user named (a typo) pruned what that file kept, and with
+        # --hard-delete for good: only a configured file of a soft, undoable pass falls back.
+        raise click.ClickException(f"{warning.split(';')[0]}: nothing done")
     if warning:
         click.echo(f"warning: {warning}", err=True)
     store = open_configured_store(store_dir)
@@ -416,6 +425,8 @@ def provenance(memory_id: str, store_dir: str | None, api_url: str | None, user:
             raise click.ClickException(str(exc.args[0])) from exc
         finally:
             store.close()
+        if user is not None and out["memory"]["user_id"] != user:  # as the API answers: another user's is unknown
+            raise click.ClickException(f"no memory {memory_id}")
     if as_json:
         click.echo(json.dumps(out, indent=2, sort_keys=True, default=str))
         return

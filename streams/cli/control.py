@@ -22,6 +22,7 @@ from typing import Any
 import click
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.errors import KafkaConnectionError
 
 from dreamstream.schemas.control import COMMANDS, command
 from dreamstream.streams.cli.common import run_async, settings, worker_url
@@ -49,11 +50,13 @@ async def send_and_wait(body: dict[str, Any], timeout: float) -> dict[str, Any] 
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, acks="all",
                                 **settings.kafka.aiokafka_kwargs())
-    await producer.start()
     try:
+        await producer.start()
         await producer.send_and_wait(settings.topics.control, orjson.dumps(body), key=body["id"].encode())
+    except KafkaConnectionError as exc:
+        raise click.ClickException(f"no Kafka broker at {settings.bootstrap_servers}: {exc}") from None
     finally:
-        await producer.stop()
+        await producer.stop()  # also when it never started: no "Unclosed AIOKafkaProducer" warning
     return await wait_reply(settings.bootstrap_servers, body["id"], timeout)
 
 

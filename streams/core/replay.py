@@ -50,6 +50,8 @@ def writable_dead_letters(path: Path, dead_path: Path | None = None) -> Path:
     """Where a replay of `path` writes its bad lines, checked before the first event is stored (the bad lines
     must have somewhere to go): InvalidInput when the folder is missing or not writable."""
     dead_path = dead_path or path.with_name(path.name + ".deadletter.jsonl")
+    if dead_path.resolve() == path.resolve():  # the bad lines would replace the file being read
+        raise InvalidInput("bad_path", f"--dead-letters {dead_path} is the file being replayed: give another file")
     folder = dead_path.parent
     if not folder.is_dir() or not os.access(folder, os.W_OK) or (dead_path.exists() and not os.access(dead_path,
                                                                                                    os.W_OK)):

@@ -200,3 +200,34 @@ def test_replay_export_and_reads_refuse_what_would_lose_or_leak(tmp_path: Path) 
     out = dream("get", "--user", "u", "--store", str(folder))
     assert out.returncode == 1 and out.stderr.startswith(f"Error: no store at {folder}")
     assert sorted(p.name for p in folder.iterdir()) == ["todo.txt"]  # nothing written into it
+
+
+def test_flags_that_would_act_on_what_the_user_did_not_mean_are_refused(tmp_path: Path, embedder: Any) -> None:
+    """A mistyped --retention file is an error (its defaults pruned what the file kept, with --hard-delete for
+    good); --schedule with --dry-run published a real schedule; the dead letters never replace the input file;
+    provenance --user of another user's memory answers as the API does; no broker is one line."""
+    from dreamstream.streams.store import EdgeStore
+
+    store_dir = str(tmp_path / "store")
+    store = EdgeStore(store_dir)
+    Processor(store, embedder).process([Incoming(raw=r) for r in GOOD[:4]])
+    store.close()
+    typo = dream("consolidate", "--user", "user-ana", "--store", store_dir, "--auto", "--hard-delete",
+                 "--retention", str(tmp_path / "kep.json"))
+    assert typo.returncode == 1 and typo.stderr.strip() == f"Error: retention file {tmp_path / 'kep.json'} not " \
+        "found: nothing done"
+    assert "pruned" not in typo.stdout
+    both = dream("consolidate", "--user", "user-ana", "--schedule", "weekly", "--dry-run", "--store", store_dir)
+    assert both.returncode == 2 and "--schedule registers a recurring --auto pass" in both.stderr
+    events = tmp_path / "events.jsonl"
+    events.write_bytes(b"\n".join(GOOD[:2]) + b"\n")
+    itself = dream("replay", str(events), "--store", str(tmp_path / "s2"), "--dead-letters", str(events))
+    assert itself.returncode == 1 and "is the file being replayed" in itself.stderr
+    assert events.read_bytes() == b"\n".join(GOOD[:2]) + b"\n" and not (tmp_path / "s2").exists()
+    other = dream("provenance", "demo-m001", "--user", "someone-else", "--store", store_dir)
+    assert other.returncode == 1 and other.stderr.strip() == "Error: no memory demo-m001"
+    assert dream("provenance", "demo-m001", "--user", "user-ana", "--store", store_dir).returncode == 0
+    no_broker = subprocess.run([DREAM, "control", "settings.show", "--timeout", "3"], capture_output=True, text=True,
+                               timeout=120, env={**ENV, "KAFKA_BOOTSTRAP": "127.0.0.1:1"})
+    assert no_broker.returncode == 1 and no_broker.stderr.startswith("Error: no Kafka broker at 127.0.0.1:1")
+    assert len(no_broker.stderr.strip().splitlines()) == 1
