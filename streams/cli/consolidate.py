@@ -162,12 +162,15 @@ async def finish_interrupted(store: Any, store_dir: str | None) -> None:
 @click.option("--retention", "retention_file", default=None,
            help="JSON {type: days|null} over the defaults (default: $DREAM_RETENTION_FILE).")
 @click.option("--each", is_flag=True, default=False, help="Ask at each merge and prune too, not only at conflicts.")
+@click.option("--json", "as_json", is_flag=True, default=False,
+              help="One JSON object for machines (with --dry-run, --auto, --light or --full).")
 @store_option
 @url_option
 @run_async
 async def consolidate(user: str | None, app_id: str | None, auto: bool, dry_run: bool,
                       yes: bool, hard_delete: bool, light: bool, full: bool, schedule: str | None,
-                      retention_file: str | None, each: bool, store_dir: str | None, api_url: str | None) -> None:
+                      retention_file: str | None, each: bool, as_json: bool, store_dir: str | None,
+                      api_url: str | None) -> None:
     """The consolidation pass over one user's (or one app's) memories, with a report to approve item by
     item (through a running worker's API when one holds the store)."""
     from dreamstream.agents import consolidation as cons
@@ -186,10 +189,16 @@ async def consolidate(user: str | None, app_id: str | None, auto: bool, dry_run:
                                "--app only")
     if (light or full) and (hard_delete or retention_file or each or auto or yes):
         raise click.UsageError("--light and --full take --user and --dry-run only")
+    if as_json and not (dry_run or auto or light or full):
+        raise click.UsageError("--json is for a run that asks nothing: --dry-run, --auto, --light or --full")
+    if as_json and schedule:
+        raise click.UsageError("--schedule registers a recurring --auto pass on the worker: it takes --user and "
+                               "--app only")
     url = None if schedule else worker_url(store_dir, api_url)
     if url is not None:
         through_worker(url, user, app_id, auto=auto, dry_run=dry_run, yes=yes, each=each, light=light, full=full,
-                       refused="--hard-delete" if hard_delete else "--retention" if retention_file else None)
+                       refused="--hard-delete" if hard_delete else "--retention" if retention_file else None,
+                       as_json=as_json)
         return
     if light or full:
         store = open_configured_store(store_dir)
@@ -211,7 +220,7 @@ async def consolidate(user: str | None, app_id: str | None, auto: bool, dry_run:
             store.close()
         if not dry_run:
             runner.note_run(store_dir or settings.store_dir, summary)
-        click.echo(json.dumps(summary, indent=2, sort_keys=True))
+        echo_summary(summary, as_json)
         return
     if not user:
         raise click.UsageError("a consolidation pass needs --user")
@@ -241,13 +250,15 @@ async def consolidate(user: str | None, app_id: str | None, auto: bool, dry_run:
                 plan, found = runner.make_plan(store, user, app_id, policies, progress=bar.update)
         else:
             plan, found = runner.make_plan(store, user, app_id, policies)
-        if not found:
-            click.echo(cons.no_memories(plan.project))
-            return
-        if plan.empty:
-            click.echo(cons.NOTHING)
+        if not found or plan.empty:
+            message = cons.no_memories(plan.project) if not found else cons.NOTHING
+            click.echo(json.dumps({"project": plan.project, "found": found, "message": message}) if as_json
+                       else message)
             return
         if dry_run:
+            if as_json:
+                click.echo(json.dumps({"mode": "dry_run", **plan.to_dict()}, indent=2, sort_keys=True))
+                return
             click.echo(cons.report_without_prompt(plan))
             click.echo("(dry run: no changes made)")
             return
@@ -259,9 +270,12 @@ async def consolidate(user: str | None, app_id: str | None, auto: bool, dry_run:
             click.echo(started, err=True)
             outcome, events = runner.apply_plan(store, shared_embedder(), plan, hard_delete=hard_delete,
                                                 reminder=True, pass_id=pass_id)
-            click.echo(cons.auto_line(plan.project, outcome))
+            click.echo(json.dumps({"mode": "auto", "line": cons.auto_line(plan.project, outcome),
+                                   **outcome.to_dict()}, indent=2, sort_keys=True) if as_json
+                       else cons.auto_line(plan.project, outcome))
             if outcome.reminder_id:
-                click.echo(f"stored a reminder ({outcome.reminder_id}): {outcome.skipped} conflicts need review")
+                click.echo(f"stored a reminder ({outcome.reminder_id}): {outcome.skipped} conflicts need review",
+                           err=as_json)
         else:
             if yes:
                 click.echo(cons.report_without_prompt(plan))
@@ -280,10 +294,14 @@ async def consolidate(user: str | None, app_id: str | None, auto: bool, dry_run:
             outcome, events = runner.apply_plan(store, shared_embedder(), chosen, choices, hard_delete=hard_delete,
                                                 pass_id=pass_id)
             click.echo(cons.render_summary(outcome))
+        notes = []
         if hard_delete and outcome.pruned:
-            click.echo(f"{outcome.pruned} memories were deleted permanently (--hard-delete); they cannot be restored.")
+            notes.append(f"{outcome.pruned} memories were deleted permanently (--hard-delete); they cannot be "
+                         "restored.")
         if outcome.decision_id and (outcome.merged_pairs or outcome.pruned or outcome.resolved or outcome.reminder_id):
-            click.echo(f"Undo this pass: dream undo {outcome.decision_id}")
+            notes.append(f"Undo this pass: dream undo {outcome.decision_id}")
+        for line in notes:
+            click.echo(line, err=as_json)  # with --json stdout is the one JSON object
         note = await publish_events(events, store_dir)
         if note:
             click.echo(note, err=True)
@@ -294,8 +312,26 @@ async def consolidate(user: str | None, app_id: str | None, auto: bool, dry_run:
         store.close()
 
 
+def echo_summary(summary: dict[str, Any], as_json: bool) -> None:
+    """A light or full run's summary: its counts as lines for people, or the JSON object."""
+    if as_json:
+        click.echo(json.dumps(summary, indent=2, sort_keys=True))
+        return
+    kind = "Light" if summary.get("type") == "light" else "Full"
+    click.echo(f"{kind} consolidation{' (dry run: no changes made)' if summary.get('dry_run') else ''}: "
+               f"{summary.get('processed', 0)} memories in {summary.get('duration_seconds', 0)}s")
+    rows = [(k, v) for k, v in sorted(summary.items())
+            if k not in ("status", "type", "dry_run", "processed", "duration_seconds", "changed")]
+    rows = [(f"changed {k}", v) for k, v in sorted((summary.get("changed") or {}).items())] + rows
+    width = max((len(k) for k, _ in rows), default=0)
+    for k, v in rows:
+        if isinstance(v, dict):  # the light run a full one starts with: its counts
+            v = ", ".join(f"{a}={b}" for a, b in sorted(v.items()) if a not in ("status", "type", "dry_run"))
+        click.echo(f"  {k.ljust(width)}  {v}")
+
+
 def through_worker(url: str, user: str | None, app_id: str | None, *, auto: bool, dry_run: bool, yes: bool,
-                   each: bool, light: bool, full: bool, refused: str | None) -> None:
+                   each: bool, light: bool, full: bool, refused: str | None, as_json: bool = False) -> None:
     """`dream consolidate` beside the worker that holds the store: the same report and answers, run by
     the worker (POST /v1/consolidations, then approve item by item); it publishes the status events."""
     from dreamstream.agents import consolidation as cons
@@ -305,27 +341,32 @@ def through_worker(url: str, user: str | None, app_id: str | None, *, auto: bool
                                "first (the worker applies its own retention: dream control retention.set)")
     with api_errors(), api_client(url) as api:
         if light or full:
-            click.echo(json.dumps(api.consolidate(user, mode="full" if full else "light", dry_run=dry_run),
-                                  indent=2, sort_keys=True))
+            echo_summary(api.consolidate(user, mode="full" if full else "light", dry_run=dry_run), as_json)
             return
         if not user:
             raise click.UsageError("a consolidation pass needs --user")
         if auto:
             done = api.consolidate(user, mode="auto", app_id=app_id)
-            click.echo(done.get("line") or done.get("message"))
+            click.echo(json.dumps(done, indent=2, sort_keys=True) if as_json
+                       else done.get("line") or done.get("message"))
             if done.get("status_events"):
-                click.echo(f"Undo this pass: dream undo {done['decision_id']}")
+                click.echo(f"Undo this pass: dream undo {done['decision_id']}", err=as_json)
             return
         plan = api.consolidate(user, app_id=app_id)
         if "plan_id" not in plan:
-            click.echo(plan.get("message") or cons.no_memories(str(plan.get("project"))))
+            click.echo(json.dumps(plan) if as_json
+                       else plan.get("message") or cons.no_memories(str(plan.get("project"))))
             return
         if not (plan["merges"] or plan["conflicts"] or plan["prunes"]):
             api.reject(plan["plan_id"])
-            click.echo(cons.NOTHING)
+            click.echo(json.dumps({"project": plan.get("project"), "message": cons.NOTHING}) if as_json
+                       else cons.NOTHING)
             return
         if dry_run:
             api.reject(plan["plan_id"])
+            if as_json:
+                click.echo(json.dumps({k: v for k, v in plan.items() if k != "report"}, indent=2, sort_keys=True))
+                return
             click.echo(plan["report"])
             click.echo("(dry run: no changes made)")
             return
@@ -347,12 +388,16 @@ def through_worker(url: str, user: str | None, app_id: str | None, *, auto: bool
 @click.command()
 @click.argument("action", type=click.Choice(["list", "remove"]))
 @click.argument("schedule_id", required=False)
+@click.option("--json", "as_json", is_flag=True, default=False, help="list: one JSON object instead of lines.")
 @run_async
-async def schedule(action: str, schedule_id: str | None) -> None:
+async def schedule(action: str, schedule_id: str | None, as_json: bool) -> None:
     """The worker's scheduled consolidation runs: list them, or remove one by id."""
     if action == "list":
         details = await request("schedule.list", {})
         rows = details.get("schedules") or []
+        if as_json:
+            click.echo(json.dumps({"schedules": rows}, indent=2, sort_keys=True))
+            return
         if not rows:
             click.echo("(no schedules)")
         for e in rows:

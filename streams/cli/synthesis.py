@@ -6,6 +6,8 @@ Command bodies import the services they use (see cli/main.py).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 from typing import Any
 
 import click
@@ -42,8 +44,9 @@ def grouping_line() -> str:
 @click.option("--boundary", "boundary", default=None,
            help="ISO time; only memories created after it are evidence (default: now).")
 @store_option
+@click.option("--json", "as_json", is_flag=True, default=False, help="One JSON object instead of lines.")
 def synthesis(action: str, project: str | None, boundary: str | None,
-                    store_dir: str | None) -> None:
+                    store_dir: str | None, as_json: bool) -> None:
     """Turn synthesis on or off for a project (off by default), or show the settings."""
     from dreamstream.streams.core import synthesis as runner
 
@@ -52,11 +55,20 @@ def synthesis(action: str, project: str | None, boundary: str | None,
     key = project or runner.DEFAULT_PROJECT
     if action == "enable":
         s = runner.enable(state, project, boundary)
+        if as_json:
+            click.echo(json.dumps({"project": key, **s, "grouping": grouping}, indent=2, sort_keys=True))
+            return
         click.echo(f"synthesis enabled for {key}: evidence after {s['boundary']}")
         click.echo(grouping)
     elif action == "disable":
-        runner.disable(state, project)
+        s = runner.disable(state, project)
+        if as_json:
+            click.echo(json.dumps({"project": key, **s}, indent=2, sort_keys=True))
+            return
         click.echo(f"synthesis disabled for {key}")
+    elif as_json:
+        click.echo(json.dumps({"projects": state.projects, "users_synthesised": len(state.users),
+                               "state": str(state.path), "grouping": grouping}, indent=2, sort_keys=True))
     else:
         if not state.projects:
             click.echo("synthesis is off for every project")
@@ -71,8 +83,9 @@ def synthesis(action: str, project: str | None, boundary: str | None,
 @click.option("--user", "user", default=None, help="Only this user.")
 @click.option("--all", "all_users", is_flag=True, default=False, help="Every user.")
 @click.option("--now", "now", is_flag=True, default=False, help="Run at once, ignoring the weekly cadence.")
+@click.option("--json", "as_json", is_flag=True, default=False, help="One JSON object (its runs) instead of lines.")
 def synthesize(store_dir: str | None, user: str | None, all_users: bool,
-                     now: bool) -> None:
+                     now: bool, as_json: bool) -> None:
     """Synthesise patterns for one user or all users (gates: enabled project, 20+ memories, cadence)."""
     if bool(user) == all_users:
         raise click.UsageError("give exactly one of --user U or --all")
@@ -97,7 +110,10 @@ def synthesize(store_dir: str | None, user: str | None, all_users: bool,
         store.flush()
         if any(r.ran for r in records):
             state.save()  # only once the patterns are stored: a failed run is run again, not skipped
-        for r in records:
+        if as_json:
+            click.echo(json.dumps({"runs": [dataclasses.asdict(r) for r in records]}, indent=2, sort_keys=True,
+                                  default=str))
+        for r in records if not as_json else []:
             click.echo(r.describe())
     finally:
         store.close()

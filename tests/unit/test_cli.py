@@ -231,3 +231,28 @@ def test_flags_that_would_act_on_what_the_user_did_not_mean_are_refused(tmp_path
                                timeout=120, env={**ENV, "KAFKA_BOOTSTRAP": "127.0.0.1:1"})
     assert no_broker.returncode == 1 and no_broker.stderr.startswith("Error: no Kafka broker at 127.0.0.1:1")
     assert len(no_broker.stderr.strip().splitlines()) == 1
+
+
+def test_every_command_that_prints_data_has_json_for_machines(tmp_path: Path, embedder: Any) -> None:
+    """consolidate (a dry run, --light, --full), synthesis status and synthesize: lines for people, and with
+    --json one JSON document; a pass that asks at each item has no --json."""
+    import json
+
+    from dreamstream.streams.store import EdgeStore
+
+    store_dir = str(tmp_path / "store")
+    store = EdgeStore(store_dir)
+    Processor(store, embedder).process([Incoming(raw=r) for r in GOOD[:12]])
+    store.close()
+    light = dream("consolidate", "--light", "--dry-run", "--store", store_dir)
+    assert light.returncode == 0 and light.stdout.startswith("Light consolidation (dry run: no changes made): 12 ")
+    as_json = json.loads(dream("consolidate", "--light", "--dry-run", "--json", "--store", store_dir).stdout)
+    assert as_json["type"] == "light" and as_json["processed"] == 12
+    plan = json.loads(dream("consolidate", "--user", "user-ana", "--dry-run", "--json", "--store", store_dir).stdout)
+    assert plan["project"] == "user-ana"
+    asks = dream("consolidate", "--user", "user-ana", "--json", "--store", store_dir)
+    assert asks.returncode == 2 and "--json is for a run that asks nothing" in asks.stderr
+    status = json.loads(dream("synthesis", "status", "--json", "--store", store_dir).stdout)
+    assert status["projects"] == {} and status["users_synthesised"] == 0
+    runs = json.loads(dream("synthesize", "--user", "user-ana", "--json", "--store", store_dir).stdout)["runs"]
+    assert [(r["user_id"], r["ran"]) for r in runs] == [("user-ana", False)]
