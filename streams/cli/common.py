@@ -119,6 +119,12 @@ def open_configured_store(store_dir: str | None, create: bool = False) -> Any:
 
     if not create:
         require_store(store_dir)
+    elif not settings.qdrant_url:
+        folder = Path(store_dir or settings.store_dir)
+        if folder.exists() and not (folder / STORE_MARKER).is_file() and (not folder.is_dir() or any(folder.iterdir())):
+            # The engine's files would go in among what is there (or a file stands where the folder would).
+            raise click.ClickException(f"{folder} is not a store (a file, or a folder of other things): give "
+                                       "--store an existing store, an empty folder or a new path")
     return open_configured(settings, store_dir)
 
 

@@ -77,7 +77,7 @@ def worker(args: tuple[str, ...]) -> None:
 @store_option
 @click.option("--dead-letters", "dead_path", default=None, type=click.Path(path_type=Path),
            help="Where bad lines go (default: FILE.deadletter.jsonl).")
-@click.option("--batch-size", default=256, show_default=True, help="Events per batch.")
+@click.option("--batch-size", default=256, show_default=True, type=click.IntRange(1, 10_000), help="Events per batch.")
 @click.option("--synthesis", is_flag=True, default=False,
            help="Synthesis on from the file's first event, run on its schedule in event time and once at the end.")
 def replay(file: Path, store_dir: str | None, dead_path: Path | None,
@@ -121,6 +121,8 @@ def export(store_dir: str | None, out: Path | None, user: str | None) -> None:
 
     if user is not None and not user.strip():
         raise click.UsageError("--user is empty (an unset variable?): name a user, or leave --user out for all")
+    if out is not None and not out.parent.is_dir():
+        raise click.UsageError(f"--out {out}: no folder {out.parent}")
     store = open_configured_store(store_dir)
     rows = export_rows(store, user)
     data = b"".join(orjson.dumps(r) + b"\n" for r in rows)
@@ -173,6 +175,8 @@ def search(text: str, store_dir: str | None, api_url: str | None, user: str, lat
     from dreamstream.streams.core.consolidation import record_access
     from dreamstream.streams.core.embedding import shared_embedder
 
+    if not text.strip():
+        raise click.UsageError("TEXT is empty: search for something, or list with `dream get`")
     url = worker_url(store_dir, api_url)
     if url is not None:
         with api_errors(), api_client(url) as api:  # the worker records the access itself

@@ -145,7 +145,7 @@ def loopback(host: str) -> bool:
 @click.option("--host", default="127.0.0.1", show_default=True, help="streamable-http: address to listen on.")
 @click.option("--port", default=8765, show_default=True, help="streamable-http: port to listen on.")
 def mcp(url: str | None, token: str | None, transport: str, host: str, port: int) -> None:
-    """Serve the memory to MCP clients (agents): add, search, get, history."""
+    """Serve the memory to MCP clients (agents): add, search, list, get, history, update, delete."""
     for name in ("httpx", "mcp"):  # not a line per request or per refused call on the agent's stderr
         logging.getLogger(name).setLevel(logging.WARNING)
     if transport == "streamable-http" and not loopback(host):

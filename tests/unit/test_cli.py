@@ -256,3 +256,21 @@ def test_every_command_that_prints_data_has_json_for_machines(tmp_path: Path, em
     assert status["projects"] == {} and status["users_synthesised"] == 0
     runs = json.loads(dream("synthesize", "--user", "user-ana", "--json", "--store", store_dir).stdout)["runs"]
     assert [(r["user_id"], r["ran"]) for r in runs] == [("user-ana", False)]
+
+
+def test_values_that_mean_nothing_are_refused_before_anything_is_written(tmp_path: Path) -> None:
+    """An empty search, a batch of 0, an --out in no folder, and a replay into a folder of other things (the
+    engine's files went in among them) are one-line errors."""
+    events = tmp_path / "events.jsonl"
+    events.write_bytes(b"\n".join(GOOD[:2]) + b"\n")
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "x.txt").write_text("mine")
+    into = dream("replay", str(events), "--store", str(tmp_path / "notes"))
+    assert into.returncode == 1 and "is not a store" in into.stderr
+    assert [p.name for p in (tmp_path / "notes").iterdir()] == ["x.txt"]
+    assert dream("replay", str(events), "--store", str(tmp_path / "s"), "--batch-size", "0").returncode == 2
+    assert dream("replay", str(events), "--store", str(tmp_path / "s")).returncode == 0
+    empty = dream("search", "--user", "user-ana", "  ", "--store", str(tmp_path / "s"))
+    assert empty.returncode == 2 and "TEXT is empty" in empty.stderr
+    nowhere = dream("export", "--store", str(tmp_path / "s"), "--out", str(tmp_path / "no" / "x.jsonl"))
+    assert nowhere.returncode == 2 and "no folder" in nowhere.stderr
