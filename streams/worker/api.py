@@ -35,6 +35,7 @@ import aiohttp
 import orjson
 from aiohttp import web as aioweb
 from faust.web import Request, Response, View
+from yarl import URL
 
 from dreamstream.schemas.errors import StoreError
 from dreamstream.schemas.events import status_event
@@ -100,28 +101,49 @@ async def at_owner(request: Request, user: str) -> Any | None:
     the user's memory.added partition, as ingest of that user is: on a shared store, one run anywhere else
     interleaved its read-modify-write of links with that ingest. Returns None to run it here (this worker
     holds it, the request was passed on already, or no assignment or reachable address is known: one
-    worker), else the owner's answer, passed back as it came."""
+    worker), else the owner's answer, passed back as it came.
+
+    Passed on only with DREAM_API_TOKEN set or to a worker on this machine: without a token an API answers
+    loopback clients only, and the owner refused a request that came from another machine."""
     here = app.conf.canonical_url
-    if request.headers.get(FORWARDED_BY) or here.host in (None, "", "0.0.0.0", "::"):
+    if request.headers.get(FORWARDED_BY) or here.host in (None, "", "0.0.0.0"):
         return None
     try:
         owner = app.router.external_topic_key_store(memory_added_topic, user.encode())
     except Exception:  # KeyError: no assignment known yet
         return None
-    if (owner.host, owner.port) == (here.host, here.port):
+    if (owner.host, owner.port) == (here.host, here.port) or not (settings.api_token or _loopback(owner.host)):
         return None
     headers = {k: v for k in ("Authorization", "Content-Type") if (v := request.headers.get(k))}
-    url = owner.with_path(request.url.path).with_query(request.url.query)
+    # The path as the client sent it, still encoded: decoded, an id's %2F and .. named another route.
+    raw = str(getattr(request, "raw_path", "") or request.url.raw_path_qs)
+    url = URL(f"{owner.scheme}://{owner.host}:{owner.port}{raw}", encoded=True)
     try:
-        async with app.http_client.request(request.method, url,
-                                           data=await request.read(), headers={**headers, FORWARDED_BY: str(here)},
-                                           timeout=aiohttp.ClientTimeout(total=120)) as answer:
+        async with app.http_client.request(request.method, url, data=await request.read(),
+                                           headers={**headers, FORWARDED_BY: str(here)},
+                                           timeout=aiohttp.ClientTimeout(total=None, connect=5,
+                                                                         sock_read=FORWARD_READ_S)) as answer:
             body = await answer.read()
             return aioweb.Response(body=body, status=answer.status, content_type=answer.content_type,
                                    headers={SERVED_BY: str(owner)})
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        return _error(503, f"the worker holding user {user}'s partition ({owner}) did not answer: "
-                           f"{type(exc).__name__}: {exc}")
+    except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:  # never reached it
+        return _error(503, f"could not reach the worker holding user {user}'s partition ({owner}); nothing was "
+                           f"done: {type(exc).__name__}: {exc}")
+    except (aiohttp.ClientError, TimeoutError) as exc:  # sent: the owner may have applied it
+        return _error(504, f"sent to the worker holding user {user}'s partition ({owner}), no answer came: it "
+                           f"may have been applied there ({type(exc).__name__})")
+
+
+FORWARD_READ_S = 600.0
+"""How long a passed-on write may run on its owner (an erase of a large user, a full pass) before the client
+is told that no answer came (504: it may have been applied)."""
+
+
+def _loopback(host: str | None) -> bool:
+    try:
+        return ipaddress.ip_address(host or "").is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 Handler = Callable[..., Awaitable[Any]]
@@ -389,9 +411,11 @@ class PlanView(View):
 
 
 async def plan_owner(request: Request, plan_id: str) -> Any | None:
-    """`at_owner` for a plan: its user from the plan where this worker keeps it, else from ?user= (a plan is
-    kept by the worker that made it, the one holding its user's partition)."""
-    user = runner.plan_user(settings.data_dir, plan_id) or request.query.get("user")
+    """`at_owner` for a plan this worker does not keep, by ?user= (a plan is kept by the worker that made it,
+    the one that held its user's partition then); one it keeps is run here."""
+    if runner.plan_user(settings.data_dir, plan_id):
+        return None  # kept here (made before its user's partition moved): only this worker can apply it
+    user = request.query.get("user")
     return await at_owner(request, user) if user else None
 
 

@@ -281,6 +281,13 @@ async def user_of(cmd: Command) -> str:
     return str(cmd.args["user"])
 
 
+def plan_kept_here(cmd: Command) -> bool:
+    """An approval or rejection of a plan this worker keeps (made here before its user's partition moved):
+    only this worker can apply it, so it runs here, as before routing."""
+    return cmd.command in ("consolidate.approve", "consolidate.reject") and \
+        cr.plan_user(settings.data_dir, str(cmd.args["plan_id"])) is not None
+
+
 async def forward(event: Any, cmd: Command) -> dict[str, Any] | None:
     """Sends a USER_SCOPED command to its user's partition of `dream.control.users`, delivered before its
     offset is committed; the owner replies. Returns an `error` reply instead when it names no user."""
@@ -380,7 +387,7 @@ async def control(stream: faust.StreamT) -> None:
                 "error": f"not run: this worker cannot record commands ({health.one_line(exc)})"}))
             continue
         try:
-            if cmd.command in USER_SCOPED:
+            if cmd.command in USER_SCOPED and not plan_kept_here(cmd):
                 refused = await forward(event, cmd)
                 if refused is None:
                     continue  # the owner of the user's partition runs it and replies

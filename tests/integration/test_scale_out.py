@@ -199,6 +199,10 @@ def test_a_users_control_commands_and_api_writes_run_on_the_worker_that_holds_th
         answer = http(holder, "DELETE", f"/v1/memories/{other.memory_id}?user={other.user_id}")
         assert answer.status == 200 and answer.headers.get("X-Dream-Served-By") == f"http://127.0.0.1:{owner.port}"
         assert server.retrieve([other.memory_id])[other.memory_id].status == "deleted"
+        # An id's %2F is passed on as sent: it names no other route there ("../consolidations/plan-..." is an id).
+        answer = http(holder, "DELETE", f"/v1/memories/..%2Fconsolidations%2Fplan-{'0' * 16}?user={other.user_id}")
+        assert answer.status == 404 and answer.headers.get("X-Dream-Served-By")
+        assert orjson.loads(answer.read())["error"] == "no memory ../consolidations/plan-" + "0" * 16
         answer = http(owner, "DELETE", f"/v1/users/{other.user_id}?confirm={other.user_id}")  # the owner: run there
         assert answer.status == 200 and "X-Dream-Served-By" not in answer.headers
         assert server.count({"user_id": other.user_id}) == 0
