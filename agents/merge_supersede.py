@@ -358,10 +358,15 @@ def gate(verdict: Verdict, new: Memory, old: Memory, session_veto: bool = True) 
     hides; a supersede never puts an older statement over a newer one, and (for judges that cannot
     weigh the session as evidence, `session_veto`) comes from a later session."""
     if verdict.relation == "same" and verdict.rule.rsplit(":", 1)[-1] != "exact_text":  # a duplicate loses nothing
+        opposite = _opposite(new.text, old.text)
+        if opposite:
+            return Verdict(verdict.candidate_id, "review_same", verdict.confidence,
+                           f"gate_{opposite}:{verdict.rule}", verdict.scores, verdict.new_fuller)
         kept, hidden = (new, old) if verdict.new_fuller or (
             verdict.new_fuller is None and _more_complete(new, old)) else (old, new)
         if not (_literals_within(hidden.text, kept.text)
-                and _names(hidden.text) <= set(tf.words(kept.text))):
+                and _names(hidden.text) <= set(tf.words(kept.text))
+                and _marks(hidden.text) <= _marks(kept.text)):
             return Verdict(verdict.candidate_id, "review_same", verdict.confidence,
                            f"gate_detail:{verdict.rule}", verdict.scores, verdict.new_fuller)
     if verdict.relation == "replaces" and ((session_veto and same_session(new, old))
@@ -369,6 +374,27 @@ def gate(verdict: Verdict, new: Memory, old: Memory, session_veto: bool = True) 
         return Verdict(verdict.candidate_id, "review_replaces", verdict.confidence,
                        f"gate_session:{verdict.rule}", verdict.scores)
     return verdict
+
+
+def _marks(text: str) -> set[str]:
+    """The signs and symbols a text holds beyond words and sentence punctuation (the "-" of A-, "+", "#",
+    "%", an emoji): no word feature reads them, so a merge must not hide one the kept memory lacks."""
+    return {ch for ch in unicodedata.normalize("NFKC", text) if not (ch.isalnum() or ch.isspace())
+            and ch not in _TRIVIAL_MARKS and unicodedata.category(ch) not in _TRIVIAL}
+
+
+def _opposite(a: str, b: str) -> str | None:
+    """Why two statements cannot be one fact whatever a model scores them: one is negated and the other
+    not ("Ben is allergic to peanuts" / "Ben is not allergic to peanuts": a learned judge scored such pairs
+    0.99 the same, in English, Spanish, Portuguese and German), or one tells of an earlier time and the
+    other not ("Leo used to be vegan" / "Leo is vegan"). A negation in a clause that only adds content
+    ("likes tea, but not coffee") is no opposite."""
+    neg_a, neg_b = tf.has_negation(a), tf.has_negation(b)
+    if neg_a != neg_b and not tf.negation_only_in_added_clause(a if neg_a else b):
+        return "polarity"
+    if uc.about_the_past(a) != uc.about_the_past(b):
+        return "past"
+    return None
 
 
 def _names(text: str) -> set[str]:

@@ -366,3 +366,26 @@ def test_texts_that_differ_only_where_no_feature_reads_are_never_merged(proc: Pr
     assert all(e["to_status"] != "merged" for e in result.status_events)  # type: ignore[attr-defined]
     feed(proc, _raw("m-3", "ana", new, 2))  # the same day: "today" twice is one occasion
     assert proc.store.retrieve(["m-3"])["m-3"].status == "merged"
+
+
+@pytest.mark.parametrize(("old", "new"), [
+    ("Ben is not allergic to peanuts.", "Ben is allergic to peanuts."),
+    ("Lucía es alérgica a las nueces.", "Lucía no es alérgica a las nueces."),
+    ("Raj loves chai.", "Raj hates chai."),
+    ("Leo is vegan.", "Leo used to be vegan."),
+    ("Grace's blood type is A+.", "Grace's blood type is A-."),
+    ("Yuki likes ramen 🍜 but not sushi 🍣.", "Yuki: 🚬"),
+])
+def test_statements_that_cannot_be_one_fact_are_never_merged(proc: Processor, old: str, new: str) -> None:
+    """Pairs a blind audit found merged at 0.99 "the same": a negation, an antonym, a past state, a sign, an
+    emoji. None is hidden; each goes to review at most."""
+    feed(proc, _raw("m-1", "ana", old, 1))
+    result = feed(proc, _raw("m-2", "ana", new, 20))
+    assert statuses(proc) == {"m-1": "active", "m-2": "active"}
+    assert all(e["to_status"] == "active" for e in result.status_events)  # type: ignore[attr-defined]
+
+
+def test_a_fuller_restatement_is_still_merged(proc: Processor) -> None:
+    feed(proc, _raw("m-1", "ana", "Amy is married.", 1))
+    feed(proc, _raw("m-2", "ana", "Amy is married to Jon.", 20))
+    assert statuses(proc) == {"m-1": "merged", "m-2": "active"}
