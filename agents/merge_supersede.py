@@ -15,6 +15,7 @@ word features stored with each memory, so judging embeds nothing.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -364,9 +365,13 @@ def gate(verdict: Verdict, new: Memory, old: Memory, session_veto: bool = True) 
                            f"gate_{opposite}:{verdict.rule}", verdict.scores, verdict.new_fuller)
         kept, hidden = (new, old) if verdict.new_fuller or (
             verdict.new_fuller is None and _more_complete(new, old)) else (old, new)
+        if _says_more(hidden.text, kept.text):  # the fuller one is canonical: never hide what says more
+            return Verdict(verdict.candidate_id, "review_same", verdict.confidence,
+                           f"gate_fuller:{verdict.rule}", verdict.scores, verdict.new_fuller)
         if not (_literals_within(hidden.text, kept.text)
                 and _names(hidden.text) <= set(tf.words(kept.text))
-                and _marks(hidden.text) <= _marks(kept.text)):
+                and _marks(hidden.text) <= _marks(kept.text)
+                and _literals(hidden.text) <= _literals(kept.text)):
             return Verdict(verdict.candidate_id, "review_same", verdict.confidence,
                            f"gate_detail:{verdict.rule}", verdict.scores, verdict.new_fuller)
     if verdict.relation == "replaces" and ((session_veto and same_session(new, old))
@@ -383,13 +388,50 @@ def _marks(text: str) -> set[str]:
             and ch not in _TRIVIAL_MARKS and unicodedata.category(ch) not in _TRIVIAL}
 
 
+_NEGATED = re.compile(
+    r"\b(?:nicht|kein\w*|nie|niemals|não|nunca|jamais|jamás|ningun\w*|ningún|nenhum\w*|non|mai|niet|geen|nooit|"
+    r"pas|aucun\w*|не|нет|никогда|ни|لا|ليس|لم|لن|नहीं|नही|मत)\b|[不没沒无無別别]",
+    re.IGNORECASE)
+"""Negation in the languages people write memories in besides English (which `text_features` reads): the gate
+only, never the models' features."""
+_UNITS = tf._wordset("""km kms kilometer kilometers kilometre kilometres mile miles meter meters metre metres cm mm
+ft foot feet inch inches yd yard yards kg kgs kilo kilos kilogram kilograms gram grams mg milligram milligrams mcg
+lb lbs pound pounds oz ounce ounces liter liters litre litres ml cup cups seconds minute minutes hour hours day days
+week weeks month months year years celsius fahrenheit percent usd eur gbp dollars euros""")
+"""Units: "5 km" and "5 miles" share their number; another unit, like another number, is another fact (not
+the letters that are words too: "in", "m", "g")."""
+_KIN = tf._wordset("""mom mum mother dad father parent parents son daughter brother sister wife husband partner
+boyfriend girlfriend grandma grandmother grandpa grandfather aunt uncle cousin niece nephew fiance fiancee
+friend boss colleague lunes martes miércoles jueves viernes sábado domingo montag dienstag mittwoch donnerstag
+freitag samstag sonntag lundi mardi mercredi jeudi vendredi samedi dimanche segunda terça quarta quinta sexta""")
+"""Who a statement is about or with ("Call mom" and "Call dad" name two people, as two names do), and the
+weekdays other languages write in lower case (English ones are capitalised: names already)."""
+_CODE = re.compile(r"`([^`]+)`|(https?://\S+?)[.,;]?(?:\s|$)")
+
+
+def _literals(text: str) -> set[str]:
+    """What a merge must not hide unless the kept memory says it too: units, kin, code spans and URLs, read
+    exactly ("tests/" is not "tests/unit", a staging URL is not the production one)."""
+    words = set(tf.words(text))
+    spans = {m.group(1) or m.group(2) for m in _CODE.finditer(text)}
+    return (words & _UNITS) | (words & _KIN) | {f"`{x}`" for x in spans}
+
+
+def _says_more(a: str, b: str) -> bool:
+    """`a` says everything `b` says, word for word, and more ("milk, eggs, bread, butter, cheese" against
+    "milk, eggs, bread, butter")."""
+    wa, wb = set(tf.words(a)) - tf.STOPWORDS, set(tf.words(b)) - tf.STOPWORDS
+    return bool(wb) and wb < wa
+
+
 def _opposite(a: str, b: str) -> str | None:
     """Why two statements cannot be one fact whatever a model scores them: one is negated and the other
     not ("Ben is allergic to peanuts" / "Ben is not allergic to peanuts": a learned judge scored such pairs
     0.99 the same, in English, Spanish, Portuguese and German), or one tells of an earlier time and the
     other not ("Leo used to be vegan" / "Leo is vegan"). A negation in a clause that only adds content
     ("likes tea, but not coffee") is no opposite."""
-    neg_a, neg_b = tf.has_negation(a), tf.has_negation(b)
+    neg_a = tf.has_negation(a) or _NEGATED.search(a) is not None
+    neg_b = tf.has_negation(b) or _NEGATED.search(b) is not None
     if neg_a != neg_b and not tf.negation_only_in_added_clause(a if neg_a else b):
         return "polarity"
     if uc.about_the_past(a) != uc.about_the_past(b):

@@ -375,10 +375,16 @@ def test_texts_that_differ_only_where_no_feature_reads_are_never_merged(proc: Pr
     ("Leo is vegan.", "Leo used to be vegan."),
     ("Grace's blood type is A+.", "Grace's blood type is A-."),
     ("Yuki likes ramen 🍜 but not sushi 🍣.", "Yuki: 🚬"),
+    ("Klaus hat Diabetes.", "Klaus hat keinen Diabetes."),
+    ("Sam runs 5 km every morning.", "Sam runs 5 miles every morning."),
+    ("Call mom at 5pm.", "Call dad at 5pm."),
+    ("Run tests with `pytest -x tests/unit`.", "Run tests with `pytest -x tests/`."),
+    ("Atlas staging URL is https://staging.atlas.example.com.", "Atlas production URL is https://atlas.example.com."),
 ])
 def test_statements_that_cannot_be_one_fact_are_never_merged(proc: Processor, old: str, new: str) -> None:
-    """Pairs a blind audit found merged at 0.99 "the same": a negation, an antonym, a past state, a sign, an
-    emoji. None is hidden; each goes to review at most."""
+    """Pairs a blind audit found merged at 0.99 "the same": a negation (in English or German), an antonym, a past
+    state, a sign, an emoji, another unit, another person, another command or URL. None is hidden; each goes to
+    review at most."""
     feed(proc, _raw("m-1", "ana", old, 1))
     result = feed(proc, _raw("m-2", "ana", new, 20))
     assert statuses(proc) == {"m-1": "active", "m-2": "active"}
@@ -389,3 +395,19 @@ def test_a_fuller_restatement_is_still_merged(proc: Processor) -> None:
     feed(proc, _raw("m-1", "ana", "Amy is married.", 1))
     feed(proc, _raw("m-2", "ana", "Amy is married to Jon.", 20))
     assert statuses(proc) == {"m-1": "merged", "m-2": "active"}
+
+
+def test_a_merge_never_hides_the_memory_that_says_more() -> None:
+    """Whatever a judge scores, the kept memory of a merge is not the one that says less."""
+    from dreamstream.agents.merge_supersede import Verdict, gate
+    from dreamstream.schemas.memory import Memory
+
+    def mem(mid: str, text: str, day: int) -> Memory:
+        return Memory(memory_id=mid, user_id="mia", text=text, created_at=f"2026-01-0{day}T00:00:00Z", updated_at="")
+
+    short = mem("m-1", "Mia's shopping list: milk, eggs, bread, butter.", 1)
+    full = mem("m-2", "Mia's shopping list: milk, eggs, bread, butter, cheese.", 2)
+    hides_full = gate(Verdict("m-1", "same", 0.99, "learned:same", {}, new_fuller=False), full, short)
+    assert (hides_full.relation, hides_full.rule) == ("review_same", "gate_fuller:learned:same")
+    keeps_full = gate(Verdict("m-1", "same", 0.99, "learned:same", {}, new_fuller=True), full, short)
+    assert keeps_full.relation == "same"
