@@ -281,6 +281,35 @@ async def user_of(cmd: Command) -> str:
     return str(cmd.args["user"])
 
 
+async def parsed(event: Any, users_only: bool = False) -> Command | None:
+    """The event's command, checked (its token included); None for a bad one, answered `rejected` with a
+    dead letter. `users_only`: a USER_SCOPED command only (what `dream.control.users` may carry)."""
+    try:
+        cmd = parse_command(event.value, settings.control_token)
+        if users_only and cmd.command not in USER_SCOPED:
+            raise InvalidCommand("bad_field", f"{cmd.command} is not a user's command", cmd.id)
+    except InvalidCommand as exc:
+        await send_reply(exc.command_id, reply(exc.command_id, None, "rejected",
+                                               {"reason": exc.reason, "error": exc.message}))
+        await send_dead_letter(event, exc.reason, exc.message)
+        return None
+    return cmd
+
+
+async def can_record(table: Any, cmd: Command) -> bool:
+    """Whether `table` can remember `cmd` (within its stream event); if not, the command is answered `error`
+    without being run: run, it could not be known as run, and a redelivery would run it again."""
+    try:
+        table.partition_for_key(cmd.id)
+    except Exception as exc:
+        health.failed("control", exc)
+        log.error("control %s refused: this worker cannot record commands: %s", cmd.id, health.one_line(exc))
+        await send_reply(cmd.id, reply(cmd.id, cmd.command, "error", {
+            "error": f"not run: this worker cannot record commands ({health.one_line(exc)})"}))
+        return False
+    return True
+
+
 def plan_kept_here(cmd: Command) -> bool:
     """An approval or rejection of a plan this worker keeps (made here before its user's partition moved):
     only this worker can apply it, so it runs here, as before routing."""
@@ -321,25 +350,13 @@ async def user_commands(stream: faust.StreamT) -> None:
     once (by id), each answered on the replies topic. The record is the command as ops sent it, checked again
     here (its token included), and it must be keyed by the user it changes."""
     async for event in stream.events():
-        try:
-            cmd = parse_command(event.value, settings.control_token)
-            if cmd.command not in USER_SCOPED:
-                raise InvalidCommand("bad_field", f"{cmd.command} is not a user's command", cmd.id)
-        except InvalidCommand as exc:
-            await send_reply(exc.command_id, reply(exc.command_id, None, "rejected",
-                                                   {"reason": exc.reason, "error": exc.message}))
-            await send_dead_letter(event, exc.reason, exc.message)
+        cmd = await parsed(event, users_only=True)
+        if cmd is None:
             continue
         earlier = owner_seen_table.get(cmd.id)
         if earlier is not None and earlier["fingerprint"] == cmd.fingerprint().decode():
             continue  # forwarded twice: run and answered once
-        try:
-            owner_seen_table.partition_for_key(cmd.id)  # it can remember the command (partition counts agree)
-        except Exception as exc:
-            health.failed("control", exc)
-            log.error("control %s refused: this worker cannot record commands: %s", cmd.id, health.one_line(exc))
-            await send_reply(cmd.id, reply(cmd.id, cmd.command, "error", {
-                "error": f"not run: this worker cannot record commands ({health.one_line(exc)})"}))
+        if not await can_record(owner_seen_table, cmd):  # partition counts that disagree, a table not ready
             continue
         try:
             user = await until_the_store_reads(cmd)
@@ -362,12 +379,8 @@ async def user_commands(stream: faust.StreamT) -> None:
 async def control(stream: faust.StreamT) -> None:
     """One reply per command id; bad commands rejected with a dead letter; nothing applied twice."""
     async for event in stream.events():
-        try:
-            cmd = parse_command(event.value, settings.control_token)
-        except InvalidCommand as exc:
-            await send_reply(exc.command_id, reply(exc.command_id, None, "rejected",
-                                                   {"reason": exc.reason, "error": exc.message}))
-            await send_dead_letter(event, exc.reason, exc.message)
+        cmd = await parsed(event)
+        if cmd is None:
             continue
         earlier = seen_table.get(cmd.id)
         if earlier is not None:
@@ -378,13 +391,7 @@ async def control(stream: faust.StreamT) -> None:
                                                                                  "error": message}))
                 await send_dead_letter(event, "id_reused", message)
             continue  # a redelivery: applied and answered already
-        try:
-            seen_table.partition_for_key(cmd.id)  # the table that remembers commands must work before one runs
-        except Exception as exc:
-            health.failed("control", exc)
-            log.error("control %s refused: this worker cannot record commands: %s", cmd.id, health.one_line(exc))
-            await send_reply(cmd.id, reply(cmd.id, cmd.command, "error", {
-                "error": f"not run: this worker cannot record commands ({health.one_line(exc)})"}))
+        if not await can_record(seen_table, cmd):  # the table that remembers commands must work before one runs
             continue
         try:
             if cmd.command in USER_SCOPED and not plan_kept_here(cmd):
