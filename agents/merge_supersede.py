@@ -355,8 +355,9 @@ def _more_complete(new: Memory, old: Memory) -> bool:
 
 def gate(verdict: Verdict, new: Memory, old: Memory, session_veto: bool = True) -> Verdict:
     """The checks every judge's automatic action passes (rules, learned, NLI or LLM alike); a verdict
-    that fails one becomes a review item. A merge keeps every name and number of the memory it
-    hides; a supersede never puts an older statement over a newer one, and (for judges that cannot
+    that fails one becomes a review item. A merge never joins opposite statements (`_opposite`), never hides
+    the memory that says more, and keeps every name, number, sign, unit, person, code span and URL of the
+    memory it hides; a supersede never puts an older statement over a newer one, and (for judges that cannot
     weigh the session as evidence, `session_veto`) comes from a later session."""
     if verdict.relation == "same" and verdict.rule.rsplit(":", 1)[-1] != "exact_text":  # a duplicate loses nothing
         opposite = _opposite(new.text, old.text)
@@ -400,8 +401,8 @@ lb lbs pound pounds oz ounce ounces liter liters litre litres ml cup cups second
 week weeks month months year years celsius fahrenheit percent usd eur gbp dollars euros""")
 """Units: "5 km" and "5 miles" share their number; another unit, like another number, is another fact (not
 the letters that are words too: "in", "m", "g")."""
-_KIN = tf._wordset("""mom mum mother dad father parent parents son daughter brother sister wife husband partner
-boyfriend girlfriend grandma grandmother grandpa grandfather aunt uncle cousin niece nephew fiance fiancee
+_PEOPLE_AND_DAYS = tf._wordset("""mom mum mother dad father parent parents son daughter brother sister wife husband
+partner boyfriend girlfriend grandma grandmother grandpa grandfather aunt uncle cousin niece nephew fiance fiancee
 friend boss colleague lunes martes miércoles jueves viernes sábado domingo montag dienstag mittwoch donnerstag
 freitag samstag sonntag lundi mardi mercredi jeudi vendredi samedi dimanche segunda terça quarta quinta sexta""")
 """Who a statement is about or with ("Call mom" and "Call dad" name two people, as two names do), and the
@@ -410,11 +411,11 @@ _CODE = re.compile(r"`([^`]+)`|(https?://\S+?)[.,;]?(?:\s|$)")
 
 
 def _literals(text: str) -> set[str]:
-    """What a merge must not hide unless the kept memory says it too: units, kin, code spans and URLs, read
-    exactly ("tests/" is not "tests/unit", a staging URL is not the production one)."""
+    """What a merge must not hide unless the kept memory says it too: units, people, days, code spans and URLs,
+    read exactly ("tests/" is not "tests/unit", a staging URL is not the production one)."""
     words = set(tf.words(text))
     spans = {m.group(1) or m.group(2) for m in _CODE.finditer(text)}
-    return (words & _UNITS) | (words & _KIN) | {f"`{x}`" for x in spans}
+    return (words & _UNITS) | (words & _PEOPLE_AND_DAYS) | {f"`{x}`" for x in spans}
 
 
 def _says_more(a: str, b: str) -> bool:
