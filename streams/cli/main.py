@@ -90,11 +90,14 @@ def replay(file: Path, store_dir: str | None, dead_path: Path | None,
 
     tune_gc()
     writable_dead_letters(file, dead_path)  # before the store is made or anything stored
+    lines = sum(1 for line in file.open("rb") if line.strip())
+    if not lines:
+        raise click.ClickException(f"{file} has no lines: nothing to replay (no store made)")
     store = open_configured_store(store_dir, create=True)
     summary: ReplaySummary
     try:
         asyncio.run(finish_interrupted(store, store_dir))  # a pass or undo a crash left half-applied first
-        with progress_bar(sum(1 for line in file.open("rb") if line.strip()), "Replaying events") as bar:
+        with progress_bar(lines, "Replaying events") as bar:
             if synthesis:
                 summary = replay_with_synthesis(file, store, state_for(store_dir), batch_size=batch_size,
                                                 dead_path=dead_path, progress=bar.update,

@@ -113,8 +113,9 @@ class EdgeStore:
                 names = [self.path, *(e.path for e in entries if e.is_dir(follow_symlinks=False))]
         for name in names:
             if not os.access(name, os.W_OK):
-                raise StoreError(f"the store cannot write {name} (immutable, read-only or not ours): "
-                                 f"writes are held until it can")
+                # No "held until": a worker holds and retries (its own log says so), a CLI command stops.
+                raise StoreError(f"the store cannot write {name} (immutable, read-only or not ours; the engine "
+                                 "writes its lock and log even to read)")
         if every_file:
             self._files_checked = now
 

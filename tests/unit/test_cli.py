@@ -259,8 +259,8 @@ def test_every_command_that_prints_data_has_json_for_machines(tmp_path: Path, em
 
 
 def test_values_that_mean_nothing_are_refused_before_anything_is_written(tmp_path: Path) -> None:
-    """An empty search, a batch of 0, an --out in no folder, and a replay into a folder of other things (the
-    engine's files went in among them) are one-line errors."""
+    """An empty search, a batch of 0, an empty file, an --out in no folder, and a replay into a folder of other
+    things (the engine's files went in among them) are one-line errors."""
     events = tmp_path / "events.jsonl"
     events.write_bytes(b"\n".join(GOOD[:2]) + b"\n")
     (tmp_path / "notes").mkdir()
@@ -269,6 +269,9 @@ def test_values_that_mean_nothing_are_refused_before_anything_is_written(tmp_pat
     assert into.returncode == 1 and "is not a store" in into.stderr
     assert [p.name for p in (tmp_path / "notes").iterdir()] == ["x.txt"]
     assert dream("replay", str(events), "--store", str(tmp_path / "s"), "--batch-size", "0").returncode == 2
+    (tmp_path / "empty.jsonl").write_text("\n")
+    empty_file = dream("replay", str(tmp_path / "empty.jsonl"), "--store", str(tmp_path / "s"))
+    assert empty_file.returncode == 1 and "has no lines" in empty_file.stderr and not (tmp_path / "s").exists()
     assert dream("replay", str(events), "--store", str(tmp_path / "s")).returncode == 0
     empty = dream("search", "--user", "user-ana", "  ", "--store", str(tmp_path / "s"))
     assert empty.returncode == 2 and "TEXT is empty" in empty.stderr
