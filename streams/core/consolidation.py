@@ -106,10 +106,15 @@ def new_pass_id(plan: cons.Plan, seed: str | None = None) -> str:
 
 def find_pass(store: MemoryStore, pass_id: str) -> dict[str, Any] | None:
     """The record of a pass already applied (a redelivered command), or None."""
+    found = _pass_holder(store, pass_id)
+    return None if found is None else found[0]
+
+
+def _pass_holder(store: MemoryStore, pass_id: str) -> tuple[dict[str, Any], Memory] | None:
     for m in store.scroll({"decision_ids": pass_id}):
         for rec in m.decisions:
             if rec.get("decision_id") == pass_id and rec.get("action") == "consolidate":
-                return rec
+                return rec, m
     return None
 
 
@@ -390,11 +395,8 @@ def command_pass_id(command_id: str) -> str:
 
 def command_pass_user(store: MemoryStore, command_id: str) -> str | None:
     """The user of the pass a command applied already (None: it applied none)."""
-    pass_id = command_pass_id(command_id)
-    for m in store.scroll({"decision_ids": pass_id}):
-        if any(rec.get("decision_id") == pass_id and rec.get("action") == "consolidate" for rec in m.decisions):
-            return m.user_id
-    return None
+    found = _pass_holder(store, command_pass_id(command_id))
+    return None if found is None else found[1].user_id
 
 
 def _repeated(store: MemoryStore, command: str, command_id: str | None) -> dict[str, Any] | None:

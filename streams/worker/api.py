@@ -73,11 +73,7 @@ def refused(request: Any) -> Any | None:
         if not hmac.compare_digest(given.encode("utf-8", "surrogateescape"), f"Bearer {settings.api_token}".encode()):
             return _error(401, "this API needs Authorization: Bearer <DREAM_API_TOKEN>")
         return None
-    try:
-        loopback = ipaddress.ip_address(request.remote or "").is_loopback
-    except ValueError:
-        loopback = False
-    if not loopback:
+    if not _loopback(request.remote):
         return _error(403, "without DREAM_API_TOKEN the API answers loopback clients only")
     return None
 
