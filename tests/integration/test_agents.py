@@ -152,6 +152,8 @@ async def test_a_users_command_is_forwarded_to_its_partition_and_run_there_once(
     cid = orjson.loads(body)["id"]
     async with ctl.control.test_context() as agent:
         await agent.put(key=cid.encode(), value=body, wait=True)
+        # put(wait=True) returns when the event enters a sink-less agent's stream, not when it is handled
+        await wait_until(lambda: ctl.seen_table.get(cid) is not None)
     assert memory(proc, f"m-{user}-1").user_id == user  # not run where the control topic is read
     forwarded = await consume_all(kafka, ctl.user_commands_topic.get_topic_name(), expect=10**6, timeout=5,
                                   keep=lambda r: r.key == user.encode())
@@ -162,6 +164,7 @@ async def test_a_users_command_is_forwarded_to_its_partition_and_run_there_once(
         await agent.put(key=user.encode(), value=body, wait=True)
         await agent.put(key=user.encode(), value=body, wait=True)  # forwarded twice: run and answered once
         await agent.put(key=user.encode(), value=wrong, wait=True)  # under another user's key
+        await wait_until(lambda: ctl.owner_seen_table.get(orjson.loads(wrong)["id"]) is not None)
     assert not proc.store.retrieve([f"m-{user}-1"]) and proc.store.retrieve([f"m-{other}-1"])
     answers = await consume_all(kafka, ctl.replies_topic.get_topic_name(), expect=10**6, timeout=5,
                                 keep=lambda r: r.key in (cid.encode(), orjson.loads(wrong)["id"].encode()))
