@@ -219,8 +219,8 @@ def themes_case(split: str, out: Path, folder: Path = STREAMS) -> int:
     events: list[dict[str, Any]] = []
     themes: list[dict[str, Any]] = []
     for path in sorted(folder.glob("w*.jsonl")):
-        if path.name.endswith(".intent.jsonl"):
-            continue
+        if path.name.endswith(".intent.jsonl") or not (THEMES / path.name).exists():
+            continue  # a writer whose themes nobody wrote: their people would count every pattern as wrong
         ids: dict[int, str] = {}
         counters: dict[str, int] = defaultdict(int)
         for line, row in enumerate(read_jsonl(path), start=1):
@@ -236,8 +236,7 @@ def themes_case(split: str, out: Path, folder: Path = STREAMS) -> int:
                            "text": str(row["text"]),
                            "created_at": f"{row['date']}T{8 + minute // 60:02d}:{minute % 60:02d}:00Z",
                            "metadata": {"type": "user_fact", "confidence": 0.9, "pinned": False}})
-        theme_file = THEMES / path.name
-        for n, t in enumerate(read_jsonl(theme_file) if theme_file.exists() else []):
+        for n, t in enumerate(read_jsonl(THEMES / path.name)):
             if split_of(str(t["person"])) == split:
                 themes.append({"user_id": t["person"], "theme": f"{path.stem}-t{n:03d}", "hint": t["theme"],
                                "memory_ids": [ids[m] for m in t["members"]]})
