@@ -651,9 +651,10 @@ def provenance(store: MemoryStore, memory_id: str) -> dict[str, Any]:
                 decisions[rec["decision_id"]] = {k: v for k, v in rec.items() if k != "before"}
 
     def brief(mid: str) -> dict[str, Any]:
-        # An id freed by a hard delete may since name another user's memory: shown as gone, never its text.
+        # An id freed by a hard delete may since name another user's memory: shown as gone, never its text;
+        # a soft-deleted memory's words are shown in no read that links to it (reads.replaced_by).
         x = linked.get(mid)
-        if x is None or x.user_id != m.user_id:
+        if x is None or x.user_id != m.user_id or x.status == "deleted":
             return {"memory_id": mid, "text": None, "status": "deleted"}
         return {"memory_id": mid, "text": x.text, "status": x.status}
 

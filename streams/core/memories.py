@@ -246,31 +246,52 @@ def check_params(params: Mapping[str, str]) -> None:
 
 
 def filters(params: Mapping[str, str]) -> dict[str, str]:
-    """The filters of a read: payload fields, `type` (metadata.type) and any `metadata.<key>`."""
-    return {k: v for k, v in params.items() if v and (k in (*FILTERS, "type") or k.startswith("metadata."))}
+    """The filters of a read: payload fields, `type` (metadata.type) and any `metadata.<key>`. An empty
+    value is refused: it is what an unset variable gives, and dropped it would return every app's rows."""
+    where = {k: v for k, v in params.items() if k in (*FILTERS, "type") or k.startswith("metadata.")}
+    for k, v in where.items():
+        if not v:
+            raise ValueError(f"{k[:40]} is empty: name a value (an unset variable?)")
+    return where
 
 
 def _field(row: Mapping[str, Any], key: str) -> str:
+    """A field as a filter reads it: text as is, anything else in JSON (`true`, `3`, `null`)."""
     metadata = row.get("metadata") or {}
     if key == "type":
-        return str(metadata.get("type"))
-    if key.startswith("metadata."):
-        return str(metadata.get(key.removeprefix("metadata.")))
-    return str(row.get(key))
+        value = metadata.get("type")
+    elif key.startswith("metadata."):
+        value = metadata.get(key.removeprefix("metadata."))
+    else:
+        value = row.get(key)
+    return value if isinstance(value, str) else orjson.dumps(value).decode()
 
 
 def list_page(store: MemoryStore, embed: Any, read: reads.ReadQuery, where: Mapping[str, str],
               cursor: str | None) -> Page:
-    """A read (a listing, or a search with `read.text`) with filters, `read.limit` rows from the cursor on."""
+    """A read (a listing, or a search with `read.text`) with filters, `read.limit` rows from the cursor on.
+
+    A search's pages are consecutive slices of one order (its matches by score, filters applied before
+    slicing), each page current facts first: together they show every match once, and the first page is
+    what `reads.search` gives."""
     start = _offset(cursor)
+
+    def keep(r: Mapping[str, Any]) -> bool:
+        return all(_field(r, k) == v for k, v in where.items())
+
     if read.text:
-        rows = reads.search(store, embed, read.user, read.text, read.mode, start + read.limit + 1)
-    else:
-        rows = reads.get(store, read.user, read.mode)
-    if read.threshold is not None:
-        rows = [r for r in rows if r.get("relevance", 0.0) >= read.threshold]
-    for key, value in where.items():
-        rows = [r for r in rows if _field(r, key) == value]
+        threshold = read.threshold
+
+        def wanted(x: reads.Scored) -> bool:
+            return (threshold is None or x[1] >= threshold) and keep(x[0].export_row())
+
+        matches = reads.ranked(store, embed, read.user, read.text, read.mode,
+                               lambda sure: sum(map(wanted, sure)) > start + read.limit, threshold)
+        matches = [x for x in matches if wanted(x)]
+        more = len(matches) > start + read.limit
+        page = reads.current_first_rows(store, matches[start:start + read.limit])
+        return Page(rows=page, next_cursor=_cursor(start + read.limit) if more else None)
+    rows = [r for r in reads.get(store, read.user, read.mode) if keep(r)]
     page = rows[start:start + read.limit]
     more = len(rows) > start + read.limit
     return Page(rows=page, next_cursor=_cursor(start + read.limit) if more else None)

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from dreamstream.agents.consolidation import memory_rank_factor, now_utc
+from dreamstream.agents.consolidation import RANK_FLOOR, memory_rank_factor, now_utc
 from dreamstream.schemas.memory import Memory
 from dreamstream.streams.store import MemoryStore
 
@@ -215,6 +215,56 @@ def get(store: MemoryStore, user_id: str, mode: str = "default") -> list[dict[st
     return rows
 
 
+Scored = tuple[Memory, float, float]
+"""A match: the memory, its raw relevance (cosine) and its ranked score (relevance times its rank factor)."""
+
+
+def ranked(
+    store: MemoryStore,
+    embed: Callable[[Sequence[str]], np.ndarray],
+    user_id: str,
+    text: str,
+    mode: str,
+    enough: Callable[[list[Scored]], bool],
+    min_relevance: float | None = None,
+) -> list[Scored]:
+    """The user's matches in score order (ties by id), as many as `enough` needs, exactly: a prefix of the
+    order over all the user's memories, whatever depth was read. The store returns the nearest by
+    relevance; a memory it did not return is no more relevant than the last it did, and its factor is at
+    most 1, so only matches scoring above that bound are sure of their place. Reads deeper until
+    `enough` holds for those, or every memory was read, or (with `min_relevance`) every memory left unread is
+    less relevant than that."""
+    vector = embed([text])[0]
+    now = now_utc()
+    where = _where(user_id, mode)
+    depth = 32
+    while True:
+        hits = store.nearest(vector, where, depth, with_features=False)
+        scored = sorted(((m, s, s * memory_rank_factor(m, now)) for m, s in hits),
+                        key=lambda x: (-x[2], x[0].memory_id))
+        last = hits[-1][1] if hits else 0.0
+        if len(hits) < depth or (min_relevance is not None and last < min_relevance):
+            return scored  # every memory of the user in this mode was read, or every one that may be wanted
+        bound = last if last >= 0 else last * RANK_FLOOR
+        sure = [x for x in scored if x[2] > bound]
+        if enough(sure):
+            return sure
+        depth *= 4
+
+
+def current_first_rows(store: MemoryStore, matches: Sequence[Scored]) -> list[dict[str, Any]]:
+    """Rows of `matches` (already chosen by score), current facts first, each group by score."""
+    ordered = sorted(matches, key=lambda x: (current_first(x[0]), -x[2], x[0].memory_id))
+    rows = []
+    for m, relevance, score in ordered:
+        r = row(m, score)
+        r["relevance"] = round(relevance, 4)
+        rows.append(r)
+    replaced_by(store, [r for r in rows if r["label"] in ("history", "merged")])
+    mark_reviews(store, [m for m, _, _ in ordered], rows)
+    return rows
+
+
 def search(
     store: MemoryStore,
     embed: Callable[[Sequence[str]], np.ndarray],
@@ -225,17 +275,7 @@ def search(
 ) -> list[dict[str, Any]]:
     """The `limit` best matches, ranked by relevance times a retrievability factor (decay biases
     ranking, it never hides a memory: the factor has a floor), then listed current facts first and
-    history after; each row keeps its raw `relevance` beside the ranked `score`."""
-    vector = embed([text])[0]
-    now = now_utc()
-    hits = store.nearest(vector, _where(user_id, mode), max(limit * 3, limit + 10), with_features=False)
-    best = sorted(((m, s, s * memory_rank_factor(m, now)) for m, s in hits), key=lambda x: -x[2])[:limit]
-    ranked = sorted(best, key=lambda x: (current_first(x[0]), -x[2]))
-    rows = []
-    for m, relevance, score in ranked:
-        r = row(m, score)
-        r["relevance"] = round(relevance, 4)
-        rows.append(r)
-    replaced_by(store, [r for r in rows if r["label"] in ("history", "merged")])
-    mark_reviews(store, [m for m, _, _ in ranked], rows)
-    return rows
+    history after; each row keeps its raw `relevance` beside the ranked `score`. The first page of
+    the API's search (`memories.list_page`) is the same rows."""
+    best = ranked(store, embed, user_id, text, mode, lambda sure: len(sure) >= limit)[:limit]
+    return current_first_rows(store, best)

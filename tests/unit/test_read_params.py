@@ -74,3 +74,80 @@ def test_a_hard_delete_removes_the_memory_and_every_link_to_it(edge_store: Any, 
     assert (got["foreign"].status, got["foreign"].superseded_by) == ("superseded", "new")
     gone = edge_store.retrieve(["gone"])["gone"]
     assert (gone.status, gone.superseded_by) == ("deleted", None)  # unlinked, not brought back
+
+
+def _dee(edge_store: Any, embedder: Any) -> None:
+    """Dee's home moved twice (two history rows), six other current facts, one of them in app crm."""
+    rows = [event(1, "dee", "Dee lives in Lisbon.", day=1), event(2, "dee", "Dee moved to Porto.", day=12),
+            event(3, "dee", "Dee moved to Madrid last month.", day=24)]
+    rows += [event(10 + n, "dee", text, day=2 + n) for n, text in enumerate([
+        "Dee works as a nurse at a children's hospital.", "Dee plays the cello in an amateur orchestra.",
+        "Dee is allergic to cats.", "Dee's sister is called Ana.", "Dee drinks green tea every morning."])]
+    rows.append({**event(20, "dee", "Dee's home address is Calle Mayor 5.", day=26), "app_id": "crm"})
+    proc = Processor(edge_store, embedder)
+    for r in sorted(rows, key=lambda r: r["created_at"]):
+        proc.process([Incoming(raw=orjson.dumps(r))])
+    assert [r["label"] for r in reads.get(edge_store, "dee")].count("history") == 2
+
+
+@pytest.mark.parametrize("limit", [1, 3])
+@pytest.mark.parametrize("mode", ["default", "include_merged"])
+def test_paging_a_search_shows_every_match_once_current_facts_first_on_each_page(
+        edge_store: Any, embedder: Any, limit: int, mode: str) -> None:
+    """Pages are slices of one score order (each page re-ranked a larger window and re-sorted it, so a
+    history row came back page after page and the current answer never did); the first page is what
+    `reads.search` (the CLI on a store) gives."""
+    _dee(edge_store, embedder)
+    params = {"user": "dee", "q": "where does dee live", "limit": str(limit)}
+    if mode == "include_merged":
+        params["include_merged"] = "true"
+    seen, cursor = [], None
+    while True:
+        page = memories.list_page(edge_store, embedder, reads.read_query(params), {}, cursor)
+        labels = [r["label"] for r in page.rows]
+        assert labels == sorted(labels, key=lambda label: label != "current")  # current first on the page
+        seen += [r["memory_id"] for r in page.rows]
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    assert len(seen) == len(set(seen)) == 9 and "m-dee-3" in seen
+    one = memories.list_page(edge_store, embedder, reads.read_query(params), {}, None).rows
+    assert [r["memory_id"] for r in one] == [r["memory_id"] for r in reads.search(
+        edge_store, embedder, "dee", "where does dee live", mode, limit)]
+
+
+def test_a_filtered_search_finds_the_best_matches_that_pass_the_filter(edge_store: Any, embedder: Any) -> None:
+    """Filters were applied after the top rows were cut, so a matching memory outside them was not found
+    and the page said there was nothing more."""
+    _dee(edge_store, embedder)
+    for limit in ("1", "3", "50"):
+        params = {"user": "dee", "q": "where does dee live", "limit": limit, "app_id": "crm"}
+        page = memories.list_page(edge_store, embedder, reads.read_query(params), memories.filters(params), None)
+        assert [r["memory_id"] for r in page.rows] == ["m-dee-20"] and page.next_cursor is None
+
+
+def test_filters_read_json_values_and_an_empty_one_is_refused(edge_store: Any, embedder: Any) -> None:
+    """`false` matches JSON false (it compared Python's "False"), `None` matches no null, and an empty value
+    (an unset variable) is an error rather than no filter at all (every app's memories)."""
+    _dee(edge_store, embedder)
+
+    def count(**where: str) -> int:
+        params = {"user": "dee", **where}
+        return len(memories.list_page(edge_store, embedder, reads.read_query(params), memories.filters(params),
+                                      None).rows)
+
+    assert count(**{"metadata.pinned": "false"}) == 9 and count(**{"metadata.pinned": "False"}) == 0
+    assert count(agent_id="None") == 0 and count(agent_id="null") == 9
+    with pytest.raises(ValueError, match="app_id is empty"):
+        memories.filters({"user": "dee", "app_id": ""})
+
+
+def test_the_history_of_a_memory_never_shows_a_soft_deleted_replacements_words(edge_store: Any, embedder: Any) -> None:
+    """A read names a deleted replacement without its text (reads.replaced_by); the history view
+    (provenance: `dream provenance`, GET .../history, MCP memory_history) showed it."""
+    _dee(edge_store, embedder)
+    assert memories.delete_memory(edge_store, "m-dee-3", "dee")
+    shown = memories.history(edge_store, "m-dee-2", "dee")
+    assert shown is not None
+    assert shown["superseded_by"] == {"memory_id": "m-dee-3", "text": None, "status": "deleted"}
+    assert "Madrid" not in orjson.dumps(shown).decode()
