@@ -235,7 +235,7 @@ def print_undone(decision_id: str, events: list[dict[str, Any]]) -> None:
     for ev in events:
         click.echo(f"{ev['memory_id']}: {ev['from_status']} -> {ev['to_status']} (undo of {decision_id})")
     if not events:
-        click.echo(f"{decision_id}: undone (it changed no memory's status: a review item, now dismissed)")
+        click.echo(f"{decision_id}: undone (no status changed: a review item dismissed, or its memories changed since)")
 
 
 for command in (consolidate, schedule, stats, provenance, control, synthesis, synthesize, mcp):

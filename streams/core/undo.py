@@ -88,10 +88,93 @@ def plan_undo(store: MemoryStore, decision_id: str, by: str | None = None) -> ch
                                                   evidence, undo=True))
             change.set(new_id, {back: [x for x in getattr(new, back) if x not in record["targets"]],
                                 "updated_at": stamp})
+    settle(store, change, owner.user_id, decision_id, evidence, stamp)
     marked = [dict(rec, undone=True, undone_at=stamp, undone_by=by, undo_events=len(change.events))
               if rec.get("decision_id") == decision_id else rec for rec in owner.decisions]
     change.set(owner.memory_id, {"decisions": marked})
     return change
+
+
+HIDDEN_BY = {"superseded": ("superseded_by", "supersedes"), "merged": ("merged_into", "merged_from")}
+"""A hidden status, the link that says what hides it, and the list on that memory that names it back."""
+BACK = {"supersedes": "superseded_by", "merged_from": "merged_into"}
+
+
+def settle(store: MemoryStore, change: changes.Change, user: str, decision_id: str, evidence: dict[str, Any],
+           stamp: str) -> None:
+    """Leaves every memory an undo touches consistent with the decisions that still stand. Undos in any
+    order restore saved before-states, and a state saved before a later decision was undone names links
+    that no longer hold: a memory `superseded` or `merged` behind one that does not name it back (or that
+    the undo of its pass expired) is current again, and a list names only memories that name it back. A
+    memory a consolidation pass created, whose pass was undone while a later merge kept it, expires with
+    the last memory merged into it. Nothing else changes: no memory's text, no other user's memory."""
+    for _ in range(4):  # a memory set free can leave another's list stale: a few rounds settle a chain
+        touched = [mid for mid in change.updates if mid not in change.deletes]
+        got = store.retrieve(touched)
+        state = {mid: _fields(m, change.updates.get(mid, {})) for mid, m in got.items() if m.user_id == user}
+        linked = {x for f in state.values() for k in ("supersedes", "merged_from") for x in f[k]}
+        linked |= {f[k] for f in state.values() for k in ("superseded_by", "merged_into") if f[k]}
+        linked -= set(state)
+        state |= {mid: _fields(m, change.updates.get(mid, {}))
+                  for mid, m in (store.retrieve(sorted(linked)) if linked else {}).items() if m.user_id == user}
+        moved = False
+        for mid in touched:
+            f = state.get(mid)
+            if f is None:
+                continue
+            for lst, single in BACK.items():
+                kept = [x for x in f[lst] if x in state and state[x][single] == mid]
+                if kept != f[lst]:
+                    change.set(mid, {lst: kept, "updated_at": stamp})
+                    moved = True
+            if f["status"] in HIDDEN_BY:
+                link, back = HIDDEN_BY[f["status"]]
+                holder = state.get(f[link] or "")
+                if holder is None or holder["status"] == "expired" or mid not in holder[back]:
+                    change.set(mid, {"status": "active", link: None, "updated_at": stamp})
+                    _moved_to(change, decision_id, mid, user, f["status"], "active", evidence)
+                    moved = True
+        if not moved:
+            break
+    before = store.retrieve(sorted(change.updates))
+    for mid, m in sorted(before.items()):
+        after = _fields(m, change.updates.get(mid, {}))
+        if m.user_id == user and m.merged_from and not after["merged_from"] and after["status"] == "active" \
+                and _pass_undone(store, m):
+            change.set(mid, {"status": "expired", "updated_at": stamp})
+            _moved_to(change, decision_id, mid, user, "active", "expired", evidence)
+
+
+def _moved_to(change: changes.Change, decision_id: str, mid: str, user: str, was: str, status: str,
+              evidence: dict[str, Any]) -> None:
+    """One status event per memory and undo: a status the change had already set is corrected in its
+    event (from the status stored to the one written), never announced and then taken back."""
+    for ev in change.events:
+        if ev["memory_id"] == mid:
+            ev["to_status"] = status
+            if ev["from_status"] == status:
+                change.events.remove(ev)
+            return
+    change.events.append(status_event(decision_id, mid, user, was, status, None, "undo", evidence, undo=True))
+
+
+def _fields(m: Memory, pending: dict[str, Any]) -> dict[str, Any]:
+    """A memory's status and links as they will be once the change is written."""
+    out = {k: pending.get(k, getattr(m, k)) for k in ("status", "superseded_by", "merged_into")}
+    out |= {k: list(pending.get(k, getattr(m, k)) or []) for k in ("supersedes", "merged_from")}
+    return out
+
+
+def _pass_undone(store: MemoryStore, m: Memory) -> bool:
+    """Whether `m` was created by a consolidation pass that has been undone (it stayed only for what was
+    merged into it since)."""
+    for did in m.decision_ids:
+        for holder in store.scroll({"decision_ids": did}):
+            for rec in holder.decisions:
+                if rec.get("decision_id") == did and rec.get("action") == "consolidate" \
+                        and m.memory_id in rec.get("created", []):
+                    return bool(rec.get("undone"))
+    return False
 
 
 def own_links(store: MemoryStore, fields: dict[str, Any], user: str) -> dict[str, Any]:
@@ -112,6 +195,14 @@ def own_links(store: MemoryStore, fields: dict[str, Any], user: str) -> dict[str
             if out.get("status") == left:
                 out["status"] = "active"  # what replaced it is gone: current again, as a hard delete leaves it
     return out
+
+
+def _kept(now: Any, left: Any) -> bool:
+    """A field as a pass left it, or only without links the undo of another decision took away since (its
+    status, and any link added since, make it a later decision's)."""
+    if isinstance(now, list):
+        return set(now) <= set(left or [])
+    return bool(now == left or (now is None and left))
 
 
 def undo_decision(store: MemoryStore, decision_id: str, by: str | None = None) -> changes.Change:
@@ -141,8 +232,7 @@ def _undo_pass(store: MemoryStore, record: dict[str, Any], decision_id: str, cha
         touched it since, every decision appending its id)."""
         if after is not None:
             left = after.get(m.memory_id)
-            return left is not None and all(
-                (list(v) if isinstance(v := getattr(m, k), list) else v) == left.get(k) for k in left)
+            return left is not None and all(_kept(getattr(m, k), left.get(k)) for k in left)
         return bool(m.decision_ids) and m.decision_ids[-1] == decision_id
 
     for mid, fields in before_all.items():

@@ -153,7 +153,7 @@ def test_an_undo_that_changed_no_status_still_says_so(capsys: pytest.CaptureFixt
     print_undone("d-1", [])
     print_undone("d-2", [{"memory_id": "m-1", "from_status": "superseded", "to_status": "active"}])
     assert capsys.readouterr().out.splitlines() == [
-        "d-1: undone (it changed no memory's status: a review item, now dismissed)",
+        "d-1: undone (no status changed: a review item dismissed, or its memories changed since)",
         "m-1: superseded -> active (undo of d-2)"]
 
 

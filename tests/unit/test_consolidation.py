@@ -630,3 +630,98 @@ def test_a_firings_update_never_undoes_a_schedule_changed_meanwhile() -> None:
     again = {**old, "schedule": "weekly", "registered_at": "2026-12-02T03:00:01Z"}
     assert fired_update(again, fired) is None and fired_update(None, fired) is None
     assert fired_update(old, {**fired, "schedule": "hourly"})["schedule"] == "daily"  # type: ignore[index]
+
+
+def _added(proc: Processor, mid: str, text: str, **extra: Any) -> None:
+    from dreamstream.streams.core.ingest import Incoming
+
+    event = {"type": "memory.added", "event_id": f"e-{mid}", "memory_id": mid, "user_id": "u1", "app_id": "proj",
+             "text": text, "created_at": "2026-12-02T10:00:00Z", **extra}
+    assert not proc.process([Incoming(raw=event)]).dead_letters
+
+
+def _consistent(proc: Processor) -> None:
+    """Every hidden memory is hidden behind one that names it back and is not expired; lists name back."""
+    every = {m.memory_id: m for m in proc.store.scroll({"user_id": "u1"})}
+    for m in every.values():
+        for status, link, back in (("superseded", "superseded_by", "supersedes"),
+                                   ("merged", "merged_into", "merged_from")):
+            if m.status == status:
+                holder = every[getattr(m, link)]
+                assert holder.status != "expired" and m.memory_id in getattr(holder, back), m.memory_id
+        if m.status != "expired":
+            assert all(every[x].superseded_by == m.memory_id for x in m.supersedes), m.memory_id
+            assert all(every[x].merged_into == m.memory_id for x in m.merged_from), m.memory_id
+
+
+def test_undoing_a_delete_after_the_pass_that_hid_it_was_undone_brings_it_back_current(proc: Processor) -> None:
+    """The delete saved "merged into the pass's memory"; that memory expired with its pass's undo, so the
+    delete's undo restored a memory hidden behind an expired one, for good (the pass: already undone)."""
+    from dreamstream.streams.core import memories as mem
+
+    plan, _ = runner.make_plan(proc.store, "u1", "proj", cons.DEFAULT_RETENTION, now=NOW)
+    outcome, _ = runner.apply_plan(proc.store, proc.embed, plan, {0: "A"})
+    assert outcome.decision_id is not None
+    deleted = mem.delete_memory(proc.store, "pg-1", "u1")
+    assert deleted
+    proc.undo(outcome.decision_id)
+    events = proc.undo(deleted[0]["decision_id"])
+    got = proc.store.retrieve(["pg-1"])["pg-1"]
+    assert (got.status, got.merged_into) == ("active", None)
+    assert [(e["from_status"], e["to_status"]) for e in events] == [("deleted", "active")]  # one event, the truth
+    assert "pg-1" in {r["memory_id"] for r in reads.get(proc.store, "u1")}
+    _consistent(proc)
+
+
+def test_undoing_the_last_merge_into_an_undone_passs_memory_expires_it(proc: Processor) -> None:
+    """The pass's memory stayed after its pass's undo because a memory was merged into it since; once that
+    merge is undone too, nothing holds it: it expires (it was current for good, repeating the originals)."""
+    plan, _ = runner.make_plan(proc.store, "u1", "proj", cons.DEFAULT_RETENTION, now=NOW)
+    outcome, _ = runner.apply_plan(proc.store, proc.embed, plan, {0: "A"})
+    assert outcome.decision_id is not None
+    new_id = proc.store.retrieve(["pg-1"])["pg-1"].merged_into
+    assert new_id is not None
+    _added(proc, "n1", proc.store.retrieve([new_id])[new_id].text)  # the same words: merged into it
+    n1 = proc.store.retrieve(["n1"])["n1"]
+    assert (n1.status, n1.merged_into) == ("merged", new_id)
+    proc.undo(outcome.decision_id)
+    assert proc.store.retrieve([new_id])[new_id].status == "active"  # kept: n1 is merged into it
+    events = proc.undo(n1.decision_ids[-1])
+    got = proc.store.retrieve(["n1", new_id, "pg-1", "pg-2"])
+    assert got[new_id].status == "expired" and got["n1"].status == "active"
+    assert got["pg-1"].status == got["pg-2"].status == "active"
+    assert {(e["memory_id"], e["to_status"]) for e in events} == {("n1", "active"), (new_id, "expired")}
+    assert len(events) == 2
+    _consistent(proc)
+
+
+def test_undoing_a_supersede_then_a_delete_leaves_no_memory_hidden_behind_a_one_way_link(proc: Processor) -> None:
+    """fri-3 replaces fri-2; fri-2 is deleted; the replacement is undone (fri-2 deleted: its link goes); the
+    delete's undo restored "superseded by fri-3", which no longer names it: hidden for good."""
+    from dreamstream.streams.core import memories as mem
+
+    _added(proc, "fri-3", "The team deploys on Thursdays now.", replaces="fri-2")
+    update = proc.store.retrieve(["fri-3"])["fri-3"].decision_ids[-1]
+    deleted = mem.delete_memory(proc.store, "fri-2", "u1")
+    assert deleted
+    proc.undo(update)
+    proc.undo(deleted[0]["decision_id"])
+    got = proc.store.retrieve(["fri-2", "fri-3"])
+    assert (got["fri-2"].status, got["fri-2"].superseded_by) == ("active", None) and got["fri-3"].supersedes == []
+    _consistent(proc)
+
+
+def test_undoing_an_earlier_supersede_then_the_pass_brings_back_what_the_pass_hid(proc: Processor) -> None:
+    """vague-2 replaces vague-1 at ingest, the pass prunes vague-1; undo the replacement (it strips vague-1's
+    link), then the pass: the stripped link made it look changed since, and it stayed expired for good."""
+    _added(proc, "vague-2", "User likes things very tidy and labelled.", replaces="vague-1")
+    update = proc.store.retrieve(["vague-2"])["vague-2"].decision_ids[-1]
+    plan, _ = runner.make_plan(proc.store, "u1", "proj", cons.DEFAULT_RETENTION, now=NOW)
+    outcome, _ = runner.apply_plan(proc.store, proc.embed, plan, {0: "A"})
+    assert outcome.decision_id is not None and proc.store.retrieve(["vague-1"])["vague-1"].status == "expired"
+    proc.undo(update)
+    proc.undo(outcome.decision_id)
+    got = proc.store.retrieve(["vague-1", "vague-2"])
+    assert (got["vague-1"].status, got["vague-1"].superseded_by) == ("active", None)
+    assert got["vague-2"].supersedes == []
+    _consistent(proc)
