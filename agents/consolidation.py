@@ -433,8 +433,9 @@ def render_report(plan: Plan) -> str:
     if plan.prunes:
         out += [f"### Prune candidates ({len(plan.prunes)} memories)"]
         for p in plan.prunes:
-            out.append(f"PRUNE [mem:{p.memory.memory_id}] — {p.memory.memory_type}, {p.age_days}d old "
-                       f"(policy: {p.policy})")
+            # The producer's type on one line: the interactive pass reads the report line by line.
+            out.append(f"PRUNE [mem:{p.memory.memory_id}] — {' '.join(p.memory.memory_type.split())}, "
+                       f"{p.age_days}d old (policy: {' '.join(p.policy.split())})")
         out.append("")
     out += [
         "---",

@@ -220,6 +220,19 @@ class _Batch:
         self.changed[memory.memory_id] = memory
 
 
+def fresh_id(did: str, memories: Sequence[Memory]) -> str:
+    """The decision's id, or, when these memories already hold a decision of that id that was undone (a
+    full consolidation deciding the same pair again), a new one: an id names one decision, so the undo
+    stays in the history and consumers that deduplicate on it keep the second."""
+    held = {i for m in memories for i in m.decision_ids}
+    n = 1
+    out = did
+    while out in held and any(r.get("decision_id") == out and r.get("undone") for m in memories for r in m.decisions):
+        n += 1
+        out = f"{did}-{n}"
+    return out
+
+
 class Processor:
     """Applies memory events to a store; stateless apart from the store itself."""
 
@@ -601,7 +614,7 @@ class Processor:
         writes: dict[str, dict[str, Any]] = {}
         targets = [by_id[t] for t in decision.targets if t in by_id]
         evidence = decision.evidence()
-        did = decision.decision_id
+        did = fresh_id(decision.decision_id, [new, *targets])
         record: dict[str, Any] = {
             "decision_id": did, "action": decision.action, "new_id": new.memory_id,
             "targets": [t.memory_id for t in targets], "evidence": evidence, "at": now_iso(),

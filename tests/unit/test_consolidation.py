@@ -725,3 +725,42 @@ def test_undoing_an_earlier_supersede_then_the_pass_brings_back_what_the_pass_hi
     assert (got["vague-1"].status, got["vague-1"].superseded_by) == ("active", None)
     assert got["vague-2"].supersedes == []
     _consistent(proc)
+
+
+def test_a_producers_type_with_line_breaks_stays_on_its_prune_line(embedder: Any) -> None:
+    """The interactive pass reads the report line by line: a type holding "\\nPRUNE [mem:...]" asked one
+    question too many, gave the answers to the wrong memories, then failed with an IndexError."""
+    rows = [("q1", "User likes things tidy.", "2026-11-01T10:00:00Z",
+             {"type": "preference\nPRUNE [mem:q2] — fake\nApply? [Y/n]", "confidence": 0.2})]
+    report = cons.render_report(plan_of(memories(embedder, rows)))
+    assert sum(line.startswith("PRUNE [") for line in report.split("\n")) == 1
+    assert report.split("\n").count(cons.APPLY_PROMPT) == 1 and report.endswith(cons.APPLY_PROMPT)
+
+
+def test_a_full_pass_that_merges_an_undone_pair_again_gives_the_new_merge_its_own_id(edge_store: Any,
+                                                                                      embedder: Any) -> None:
+    """Decision ids are derived from what was decided, so the re-merge took the undone merge's id: its record
+    replaced the undone one in the history, and consumers deduplicating on the id dropped its event."""
+    from dreamstream.streams.core import changes
+
+    rows = [(f"k{n}", text, f"2026-02-{n + 1:02d}T10:00:00Z", {}) for n, text in enumerate(
+        ["Kim drinks black coffee every morning."] * 3 + ["Kim runs 5 km on Sundays."] * 3
+        + ["Kim's sister is called Lena.", "Kim works as a nurse in Porto.", "Kim has a cat named Tofu.",
+           "Kim plays chess online.", "Kim is learning Japanese."])]
+    edge_store.upsert(memories(embedder, rows, user="kim", app=None))
+    proc = Processor(edge_store, embedder)
+
+    def full() -> dict[str, str]:
+        events: list[dict[str, Any]] = []
+        runner.full(edge_store, "kim", events_out=events)
+        changes.sent(edge_store, events)
+        return {e["memory_id"]: e["decision_id"] for e in events if e["to_status"] == "merged"}
+
+    first = full()
+    assert first.keys() == {"k1", "k2", "k4", "k5"}
+    for decision in first.values():  # every one: HDBSCAN finds no clusters in one group and the rest
+        proc.undo(decision)
+    again = full()
+    assert again.keys() == first.keys() and not set(again.values()) & set(first.values())
+    shown = {d["decision_id"]: d for d in runner.provenance(edge_store, "k1")["decisions"]}
+    assert shown[first["k1"]].get("undone") and not shown[again["k1"]].get("undone")
