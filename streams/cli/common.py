@@ -71,6 +71,12 @@ def mode_options(fn: F) -> F:
             raise click.UsageError("--latest-only and --include-merged exclude each other")
         if not str(kwargs.get("user") or "").strip():
             raise click.UsageError("--user is empty (an unset variable?): name the user whose memories to read")
+        from dreamstream.streams.core.reads import user_param
+
+        try:  # the API's rule: a user no stored id can have is an error, not "(no memories)"
+            user_param({"user": str(kwargs.get("user"))})
+        except ValueError as exc:
+            raise click.UsageError(f"--user: {exc}") from None
         return inner(*args, **kwargs)
 
     fn = checked  # type: ignore[assignment]

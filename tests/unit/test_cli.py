@@ -194,6 +194,9 @@ def test_replay_export_and_reads_refuse_what_would_lose_or_leak(tmp_path: Path) 
     for args in (("export", "--user", ""), ("get", "--user", "")):
         out = dream(*args, "--store", str(store))
         assert out.returncode == 2 and "--user is empty" in out.stderr and not out.stdout
+    for user in (" u", "u/..", ".."):  # what no stored user can be: the API's 400, not "(no memories)"
+        out = dream("get", "--user", user, "--store", str(store))
+        assert out.returncode == 2 and "--user: user must be printable" in out.stderr and not out.stdout
     folder = tmp_path / "notes"
     folder.mkdir()
     (folder / "todo.txt").write_text("x")
