@@ -36,6 +36,7 @@ from sklearn.neural_network import MLPClassifier
 from dreamstream.agents import pair_features as pf
 from dreamstream.agents.learned_judge import (
     CLASSES,
+    LearnedJudge,
     Thresholds,
     decide_pair,
     pair_text,
@@ -43,7 +44,7 @@ from dreamstream.agents.learned_judge import (
     read_anyway,
     scores,
 )
-from dreamstream.agents.merge_supersede import OfflineJudge
+from dreamstream.agents.merge_supersede import OfflineJudge, Verdict, gate
 from dreamstream.schemas.memory import Memory
 from dreamstream.streams.core import judge_model
 from dreamstream.streams.core.embedding import Embedder, model_path
@@ -199,14 +200,41 @@ def lower_bound(right: int, n: int, z: float = Z) -> float:
 GRID = tuple(round(1.0 - 0.005 * i, 3) for i in range(141))  # 1.0 down to 0.3
 
 
+Gated = tuple[bool, bool, bool, bool]
+"""Whether the gate turns a merge keeping the newer memory, one keeping the older, one whose fuller side the
+policy picks, and a supersede, into a review item (`gated`)."""
+
+
+def gated(pairs: Sequence[dict[str, Any]], mems: dict[str, Memory]) -> list[Gated]:
+    """Per pair, what `merge_supersede.gate` (the checks every automatic action passes at ingest) does to each
+    action: the thresholds are calibrated on what ships, so a merge the gate stops is a review item there, not
+    a wrong merge."""
+    def stops(new: Memory, old: Memory, relation: str, fuller: bool | None) -> bool:
+        verdict = Verdict(old.memory_id, relation, 1.0, "calibration", {}, fuller)  # type: ignore[arg-type]
+        return gate(verdict, new, old, LearnedJudge.session_veto).relation != relation
+
+    out = []
+    for p in pairs:
+        new, old = mems[p["newer"]], mems[p["older"]]
+        out.append((stops(new, old, "same", True), stops(new, old, "same", False), stops(new, old, "same", None),
+                    stops(new, old, "replaces", None)))
+    return out
+
+
 def tally(s: Sequence[dict[str, float]], h: Sequence[dict[str, float]], ruled: Sequence[Ruled],
-          cls: Sequence[str], t: Thresholds) -> dict[str, list[int]]:
-    """Decisions and right ones per outcome, with the judge's own decision function."""
+          cls: Sequence[str], t: Thresholds, gates: Sequence[Gated] | None = None) -> dict[str, list[int]]:
+    """Decisions and right ones per outcome, with the judge's own decision function and, given `gates`, the
+    gate after it."""
     out = {k: [0, 0] for k in ("merge", "supersede", "review_same", "review_replaces")}
     names = {"same": "merge", "replaces": "supersede", "review_same": "review_same",
              "review_replaces": "review_replaces"}
-    for si, hi, (relation, rule, cos), c in zip(s, h, ruled, cls, strict=True):
-        rel, _, _, new_fuller = decide_pair(si, hi, relation, rule, cos, t)
+    for i, (si, hi, (relation, rule, cos), c) in enumerate(zip(s, h, ruled, cls, strict=True)):
+        rel, _, why, new_fuller = decide_pair(si, hi, relation, rule, cos, t)
+        if gates is not None and why != "exact_text":
+            if rel == "same" and gates[i][0 if new_fuller else 1 if new_fuller is False else 2]:
+                rel = "review_same"
+            elif rel == "replaces" and gates[i][3]:
+                rel = "review_replaces"
         if rel not in names:
             continue
         if rel == "same":
@@ -221,10 +249,10 @@ def tally(s: Sequence[dict[str, float]], h: Sequence[dict[str, float]], ruled: S
 
 
 def calibrate(probs: np.ndarray, head: np.ndarray, ruled: Sequence[Ruled], cls: Sequence[str],
-              cued: Sequence[bool]) -> tuple[Thresholds, dict[str, Any]]:
+              cued: Sequence[bool], gates: Sequence[Gated] | None = None) -> tuple[Thresholds, dict[str, Any]]:
     """Each threshold in turn, the lowest on `GRID` at which its outcome stays right at least the target
     share of the time (0.97 for an automatic action, with at least `MIN_AUTO` decisions; `REVIEW_TARGET`
-    for proposals), evaluated through `decide_pair` on the calibration split."""
+    for proposals), evaluated through `decide_pair` and the gate on the calibration split."""
     s = [scores(p) for p in probs]
     h = [scores(p) for p in head]
     t = Thresholds(target=TARGET)
@@ -233,9 +261,9 @@ def calibrate(probs: np.ndarray, head: np.ndarray, ruled: Sequence[Ruled], cls: 
             ("merge_review", "review_same", REVIEW_TARGET))
     for field, outcome, target in plan:
         best = getattr(t, field)
-        before = tally(s, h, ruled, cls, t)[outcome][0]  # a threshold that adds no decision stays off
+        before = tally(s, h, ruled, cls, t, gates)[outcome][0]  # a threshold that adds no decision stays off
         for g in GRID:
-            n, right = tally(s, h, ruled, cls, replace(t, **{field: g}))[outcome]
+            n, right = tally(s, h, ruled, cls, replace(t, **{field: g}), gates)[outcome]
             sure = lower_bound(right, n) if target == TARGET else (right / n if n else 0.0)
             if n > before and n >= MIN_AUTO and sure >= target:
                 best = g
@@ -244,7 +272,7 @@ def calibrate(probs: np.ndarray, head: np.ndarray, ruled: Sequence[Ruled], cls: 
              if not cue and decide_pair(si, hi, relation, rule, cos, t)[0] != "unrelated"]
     if acted:
         t = replace(t, floor=round(min(acted) - FLOOR_MARGIN, 3))
-    got = tally(s, h, ruled, cls, t)
+    got = tally(s, h, ruled, cls, t, gates)
     mergeable = sum(c in ("same_new", "same_old", "same_equal") for c in cls)
     updates = sum(c == "update" for c in cls)
 
@@ -368,8 +396,9 @@ def main(head_only: bool, calibrate_only: bool, as_json: bool) -> None:
     cls = [p["cls"] for p in cal]
     ruled = rule_readings(cal, mems)
     cued = [read_anyway(mems[p["newer"]].text, mems[p["older"]].text) for p in cal]
-    th, fig = calibrate(probabilities(p_head, texts, cross), p_head, ruled, cls, cued)
-    _, head_fig = calibrate(p_head, p_head, ruled, cls, cued)
+    gates = gated(cal, mems)
+    th, fig = calibrate(probabilities(p_head, texts, cross), p_head, ruled, cls, cued, gates)
+    _, head_fig = calibrate(p_head, p_head, ruled, cls, cued, gates)
     meta = {
         "classes": list(CLASSES), "features": pf.N_FEATURES, "scalars": list(pf.SCALAR_NAMES),
         "seed": SEED, "cross": True, **trained,

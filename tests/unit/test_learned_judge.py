@@ -104,6 +104,25 @@ def test_calibration_picks_the_lowest_threshold_that_keeps_the_target() -> None:
     assert t.supersede_ruled > 1.0  # the rules found nothing here: that way to act stays off
 
 
+def test_calibration_counts_what_the_gate_stops_as_a_review_item_not_a_wrong_action(mem) -> None:  # type: ignore[no-untyped-def]
+    """The thresholds are set on what ships: a supersede the gate turns into a review item (an older statement
+    over a newer one) no longer counts as a wrong automatic action."""
+    update = [0.99, 0.98, 0.97, 0.96, 0.95, 0.94, 0.93]
+    cls = ["update"] * 6 + ["none"]
+    probs = np.array([[1 - u, 0, 0, 0, 0, u] for u in update])
+    ruled = [("unrelated", "no_evidence", 0.8)] * len(update)
+    t, _ = train_judge.calibrate(probs, probs, ruled, cls, [False] * len(update))
+    assert t.supersede > 0.93  # the wrong one at 0.93 keeps the threshold above it
+    newer = mem("Ana lives in Lisbon.", "2026-01-01T10:00:00Z")
+    older = mem("Ana moved to Porto.", "2026-03-01T10:00:00Z")
+    pairs = [{"newer": "n", "older": "o"}]
+    [gates] = train_judge.gated(pairs, {"n": newer, "o": older})  # "newer" is older in time: the gate stops it
+    assert gates[3]
+    fine = (False, False, False, False)
+    t, fig = train_judge.calibrate(probs, probs, ruled, cls, [False] * len(update), [fine] * 6 + [gates])
+    assert t.supersede <= 0.93 and fig["supersede"]["precision"] == 1.0
+
+
 def test_calibration_sets_the_floor_below_the_least_similar_pair_acted_on() -> None:
     update = [0.99, 0.98, 0.97, 0.96, 0.95, 0.10, 0.99]
     cls = ["update"] * 5 + ["none", "update"]
