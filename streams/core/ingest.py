@@ -220,6 +220,12 @@ class _Batch:
         self.changed[memory.memory_id] = memory
 
 
+def _updated(newer: Memory, older: str) -> bool:
+    """Whether `newer` replaced `older` as the user's update (not the judge's supersede), still standing."""
+    return any(rec.get("action") == "supersede" and older in rec.get("targets", ()) and not rec.get("undone")
+               and (rec.get("evidence") or {}).get("rule") == "update" for rec in newer.decisions)
+
+
 def fresh_id(did: str, memories: Sequence[Memory]) -> str:
     """The decision's id, or, when these memories already hold a decision of that id that was undone (a
     full consolidation deciding the same pair again), a new one: an id names one decision, so the undo
@@ -507,9 +513,10 @@ class Processor:
             return
         candidates = self.candidates(memory, batch)
         replaced = batch.replaces.get(memory.memory_id)
-        if replaced is not None:  # an update: supersede what it replaces, as the user asked
-            self._apply_update(memory, replaced, candidates, batch, result)
-            return
+        if replaced is not None and self._apply_update(memory, replaced, candidates, batch, result):
+            return  # an update: it superseded what it replaces, as the user asked
+        # (An edit of a fact merged or replaced by a newer one since it was asked is kept as a new memory and
+        # judged like any other: never forced over the newer fact, never dropped.)
         if candidates and memory.features is None and hasattr(self.embed, "features"):
             start = time.perf_counter()  # a producer's embedding: the judge still aligns words
             memory.features = self.embed.features([memory.text])[0].to_payload()
@@ -534,13 +541,19 @@ class Processor:
             result.lags.append(lag)
 
     def _apply_update(self, memory: Memory, replaced: str, candidates: list[Memory], batch: _Batch,
-                      result: BatchResult) -> None:
+                      result: BatchResult) -> bool:
         """A user's update of one memory: the new version supersedes it (no judge), kept as history with
-        the decision, undoable like any other. The replaced memory must be a current fact of the user."""
+        the decision, undoable like any other. The replaced memory must be the user's: its current version
+        (itself, or where the user's own updates of it led). False when the judge merged it or replaced it
+        with a newer fact since the edit was asked (the caller judges the edit as a new memory)."""
         target = next((c for c in candidates if c.memory_id == replaced), None)
         if target is None:
             target = self._current_version(replaced, memory.user_id, batch)
         if target is None:
+            asked = batch.changed.get(replaced) or self.store.retrieve([replaced]).get(replaced)
+            if asked is not None and asked.user_id == memory.user_id and asked.status in ("merged", "superseded"):
+                memory.metadata = {**memory.metadata, "edit_of": replaced}  # what the person meant to edit
+                return False
             raise InvalidEvent("bad_field", f"replaces {replaced}: no current memory of user {memory.user_id}")
         detail: dict[str, Any] = {"by": "update"}
         if target.memory_id != replaced:
@@ -555,21 +568,26 @@ class Processor:
             result.outbox_owners.append(memory.memory_id)
         batch.stage(memory, {target.memory_id: target})
         result.outcomes["stored"] += 1
+        return True
 
     def _current_version(self, memory_id: str, user_id: str, batch: _Batch) -> Memory | None:
-        """The user's current version of a fact: itself while active, else what its updates led to (two quick
-        edits of one memory: the second arrives after the first superseded it). A copy, or None."""
+        """The user's current version of a fact: itself while active, else what the user's own updates of it
+        led to (two quick edits of one memory: the second arrives after the first superseded it). Not past a
+        judge's supersede: a newer fact is no version of the one edited. A copy, or None."""
         seen: set[str] = set()
         nxt: str | None = memory_id
+        previous: str | None = None
         while nxt is not None and nxt not in seen:
             seen.add(nxt)
             # The batch's copy first (what it added or changed already), else the store's.
             node = batch.changed.get(nxt) or self.store.retrieve([nxt]).get(nxt)
             if node is None or node.user_id != user_id:
                 return None
+            if previous is not None and not _updated(node, previous):
+                return None
             if node.status == "active" and node.kind == "fact":
                 return copy.copy(node)
-            nxt = node.superseded_by if node.status == "superseded" else None
+            previous, nxt = nxt, (node.superseded_by if node.status == "superseded" else None)
         return None
 
     def _write(self, batch: _Batch) -> None:

@@ -12,7 +12,14 @@ from typing import Any
 
 import orjson
 
-from dreamstream.schemas.events import MEMORY_ADDED, InvalidEvent, now_iso, parse_memory_event, status_event
+from dreamstream.schemas.events import (
+    MAX_EVENT_BYTES,
+    MEMORY_ADDED,
+    InvalidEvent,
+    now_iso,
+    parse_memory_event,
+    status_event,
+)
 from dreamstream.schemas.memory import LINK_FIELDS, Memory
 from dreamstream.streams.core import changes, consolidation, reads
 from dreamstream.streams.store import MemoryStore
@@ -34,6 +41,9 @@ def new_event(body: Any) -> dict[str, Any]:
     event.setdefault("event_id", f"e-{token}")
     event.setdefault("memory_id", f"m-{token}")
     parse_memory_event(event)  # the same validation as ingest
+    size = len(orjson.dumps(event))  # what ingest measures: the record as the API sends it
+    if size > MAX_EVENT_BYTES:
+        raise InvalidEvent("oversize", f"event is {size} bytes; the limit is {MAX_EVENT_BYTES}")
     return event
 
 
@@ -43,13 +53,38 @@ def new_events(body: Any) -> list[dict[str, Any]]:
     if not items or len(items) > 1000:
         raise InvalidEvent("bad_field", "give 1 to 1000 memories")
     out = []
+    firsts: dict[tuple[str, str], tuple[int, tuple[str, str, str]]] = {}
     for n, item in enumerate(items):
+        where = f"item {n}: " if isinstance(body, list) else ""
         try:
-            out.append(new_event(item))
+            event = new_event(item)
         except InvalidEvent as exc:
-            where = f"item {n}: " if isinstance(body, list) else ""
             raise InvalidEvent(exc.reason, where + exc.message) from exc
+        # Within one list, as ingest reads it: an id again with other content is refused there, after a 202.
+        content = (event["memory_id"], event["user_id"], parse_memory_event(event).text)
+        for key, reason in (("event_id", "duplicate_event_id"), ("memory_id", "memory_id_conflict")):
+            earlier = firsts.setdefault((key, event[key]), (n, content))
+            if earlier[1] != content:
+                raise InvalidEvent(reason, f"{where}{key} {event[key]} is item {earlier[0]}'s, with other content")
+        out.append(event)
     return out
+
+
+def taken(store: MemoryStore, events: list[dict[str, Any]]) -> str | None:
+    """Why ingest would refuse one of these events for what the store holds (a memory id or an event id
+    already used for other content), or None: said at once, not dead-lettered after a 202."""
+    ids = [e["memory_id"] for e in events]
+    stored = store.retrieve(ids)
+    by_event = {m.event_id: m for m in store.scroll({"event_id": [e["event_id"] for e in events]}) if m.event_id}
+    for e in events:
+        content = (e["memory_id"], e["user_id"], parse_memory_event(e).text)
+        m = stored.get(e["memory_id"])
+        if m is not None and (m.user_id, m.text) != content[1:]:
+            return f"memory_id_conflict: {e['memory_id']} already stored as another memory"
+        m = by_event.get(e["event_id"])
+        if m is not None and (m.memory_id, m.user_id, m.text) != content:
+            return f"duplicate_event_id: event_id {e['event_id']} was already used for other content"
+    return None
 
 
 def get_memory(store: MemoryStore, memory_id: str, user: str) -> dict[str, Any] | None:

@@ -79,11 +79,20 @@ def refused(request: Any) -> Any | None:
 
 
 async def _read_json(request: Request) -> Any:
-    """The request's JSON body; ValueError `invalid_json: ...` (a 400) when it does not parse."""
+    """The request's JSON body; ValueError `invalid_json: ...` (a 400) when it does not parse, BodyTooLarge
+    (a 413) past the server's limit."""
     try:
         return orjson.loads(await request.read())
     except orjson.JSONDecodeError as exc:
         raise ValueError(f"invalid_json: {exc}") from None
+    except aioweb.HTTPRequestEntityTooLarge:
+        limit = getattr(request, "_client_max_size", 1024**2)  # aiohttp's, 1 MiB unless the app sets it
+        raise BodyTooLarge(f"oversize: the body is over {limit} bytes, this API's limit: send fewer or shorter "
+                           "memories a request") from None
+
+
+class BodyTooLarge(Exception):
+    """A request body past the server's limit (aiohttp's `client_max_size`): a 413 with the limit."""
 
 
 FORWARDED_BY = "X-Dream-Forwarded-By"
@@ -156,6 +165,8 @@ def api_call(handler: Handler) -> Handler:
             return await handler(view, request, **kwargs)
         except ValueError as exc:  # InvalidEvent and bad read parameters included
             return _error(400, str(exc))
+        except BodyTooLarge as exc:
+            return _error(413, str(exc))
         except StoreError as exc:  # the store is down or full: a retry may succeed
             return _error(503, f"store unavailable: {exc}")
         except Exception as exc:  # a bug: one line of JSON for the client, the traceback in the log
@@ -189,15 +200,12 @@ class MemoriesView(View):
         """Add a memory (or a JSON list of them): `user_id` and `text` required; 202 with the ids."""
         events = memories.new_events(await _read_json(request))  # InvalidEvent: a 400 with its reason
         try:  # best effort: a busy or failing store must not stop adds (ingest dead-letters a conflict anyway)
-            stored = await asyncio.wait_for(
-                on_store_thread((await processor()).store.retrieve, [e["memory_id"] for e in events]), 2.0)
+            taken = await asyncio.wait_for(
+                on_store_thread(memories.taken, (await processor()).store, events), 2.0)
         except Exception:  # noqa: BLE001
-            stored = {}
-        taken = [e["memory_id"] for e in events if e["memory_id"] in stored and (
-            stored[e["memory_id"]].user_id != e["user_id"] or stored[e["memory_id"]].text != e["text"])]
+            taken = None
         if taken:  # ingest would dead-letter it: say so now, not after a 202 and a wait that never ends
-            return _error(409, f"memory_id_conflict: {', '.join(taken[:3])} already stored as another memory"
-                          )  # type: ignore[no-any-return]
+            return _error(409, taken)  # type: ignore[no-any-return]
         for event in events:
             await memory_added_topic.send(key=event["user_id"].encode(), value=orjson.dumps(event))
         await app.producer.flush()

@@ -90,6 +90,13 @@ def test_http_errors_are_json_with_a_reason(worker: WorkerProcess) -> None:
     assert limit.status_code == 400 and "limit" in limit.json()["error"]
     no_user = httpx.get(f"{url(worker)}/v1/memories/m-1", headers=headers)
     assert no_user.status_code == 400 and "user" in no_user.json()["error"]
+    # A body past the server's limit was a 500 with a traceback in the log.
+    many = [{"user_id": "ana", "text": "Ana keeps notes. " * 70} for _ in range(1000)]
+    huge = httpx.post(f"{url(worker)}/v1/memories", json=many, headers=headers, timeout=60)
+    assert huge.status_code == 413 and huge.json()["error"].startswith("oversize: the body is over")
+    big = httpx.post(f"{url(worker)}/v1/memories", json={"user_id": "ana", "text": "Big.",
+                                                          "metadata": {"note": "x" * 70_000}}, headers=headers)
+    assert big.status_code == 400 and big.json()["error"].startswith("oversize")
     spec = httpx.get(f"{url(worker)}/v1/openapi.json").json()
     assert spec["openapi"].startswith("3.1") and "/v1/memories/{memory_id}/history" in spec["paths"]
 

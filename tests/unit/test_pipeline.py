@@ -259,7 +259,10 @@ def test_undo_leaves_a_memory_the_user_deleted_since(proc: Processor) -> None:
     assert [r["text"] for r in reads.get(proc.store, "ana", "latest_only")] == ["Ana's dentist is Dr. Costa."]
     old = proc.store.retrieve(["m-1"])["m-1"]
     assert old.status == "deleted" and old.superseded_by is None
-    assert [e["to_status"] for e in proc.undo(deleted[0]["decision_id"])] == ["superseded"]
+    # Undone, the replacement no longer hides it: its delete's undo brings it back current (it restored
+    # "superseded by m-2", which no longer names it: hidden for good).
+    assert [e["to_status"] for e in proc.undo(deleted[0]["decision_id"])] == ["active"]
+    assert proc.store.retrieve(["m-1"])["m-1"].superseded_by is None
 
 
 @pytest.mark.parametrize("deleted", ["new", "old"])
@@ -411,3 +414,33 @@ def test_a_merge_never_hides_the_memory_that_says_more() -> None:
     assert (hides_full.relation, hides_full.rule) == ("review_same", "gate_fuller:learned:same")
     keeps_full = gate(Verdict("m-1", "same", 0.99, "learned:same", {}, new_fuller=True), full, short)
     assert keeps_full.relation == "same"
+
+
+def test_an_edit_of_a_fact_merged_since_it_was_asked_is_kept_and_judged(proc: Processor) -> None:
+    """PATCH checks the store when asked; a merge queued before it hid the memory, and ingest dead-lettered the
+    edit (202 to the client, the correction gone)."""
+    feed(proc, _raw("m-1", "ana", "Ana has a dog named Rex.", 1))
+    edit = memories.update_event(proc.store, "m-1", "ana", {"text": "Ana has a dog named Rex, adopted in 2024."})
+    blind = Processor(proc.store, proc.embed, decide=lambda new, cands: [])
+    feed(blind, _raw("m-2", "ana", "Ana's dog Rex is a 3-year-old golden retriever.", 2))
+    proc.store.update("m-1", {"status": "merged", "merged_into": "m-2"})  # as the judge's merge leaves it
+    proc.store.update("m-2", {"merged_from": ["m-1"]})
+    result = feed(proc, edit)
+    assert not result.dead_letters  # type: ignore[attr-defined]
+    got = proc.store.retrieve([edit["memory_id"]])[edit["memory_id"]]
+    assert got.text == "Ana has a dog named Rex, adopted in 2024." and got.metadata["edit_of"] == "m-1"
+    assert not any((r.get("evidence") or {}).get("rule") == "update" for r in got.decisions)
+
+
+def test_an_edit_of_a_fact_the_judge_replaced_since_never_overwrites_the_newer_fact(proc: Processor) -> None:
+    """The edit followed any `superseded_by`: an edit of "lives in Lisbon" asked before "moved to Berlin" was
+    judged an update then superseded Berlin by force, the old city current again."""
+    feed(proc, _raw("m-1", "ana", "Ana lives in Lisbon.", 1))
+    edit = memories.update_event(proc.store, "m-1", "ana", {"text": "Ana lives in Lisbon, in Alfama."})
+    feed(proc, _raw("m-2", "ana", "Ana moved to Berlin last month.", 2))
+    assert proc.store.retrieve(["m-1"])["m-1"].superseded_by == "m-2"  # the judge's supersede
+    assert not feed(proc, edit).dead_letters  # type: ignore[attr-defined]
+    got = proc.store.retrieve([edit["memory_id"], "m-2"])
+    assert got[edit["memory_id"]].metadata["edit_of"] == "m-1"
+    forced = [r for r in got[edit["memory_id"]].decisions if (r.get("evidence") or {}).get("rule") == "update"]
+    assert not forced
