@@ -407,6 +407,9 @@ friend boss colleague lunes martes miércoles jueves viernes sábado domingo mon
 freitag samstag sonntag lundi mardi mercredi jeudi vendredi samedi dimanche segunda terça quarta quinta sexta""")
 """Who a statement is about or with ("Call mom" and "Call dad" name two people, as two names do), and the
 weekdays other languages write in lower case (English ones are capitalised: names already)."""
+_MEASURE = re.compile(r"(?<![\w.,])(\d+(?:[.,]\d+)?)\s?([^\W\d_]{1,3}|[°%µ][^\W\d_]{0,2})(?![\w])")
+"""A number and the short unit written after it ("10 g", "10 mg", "5k", "8 am", "20°C"): read as one, so the
+one-letter units the word list leaves out ("g", "m") still tell "10 g" from "10 mg"."""
 _CODE = re.compile(r"`([^`]+)`|(https?://\S+?)[.,;]?(?:\s|$)")
 
 
@@ -415,7 +418,8 @@ def _literals(text: str) -> set[str]:
     read exactly ("tests/" is not "tests/unit", a staging URL is not the production one)."""
     words = set(tf.words(text))
     spans = {m.group(1) or m.group(2) for m in _CODE.finditer(text)}
-    return (words & _UNITS) | (words & _PEOPLE_AND_DAYS) | {f"`{x}`" for x in spans}
+    measures = {f"{n}{u.lower()}" for n, u in _MEASURE.findall(text) if u.lower() not in tf.STOPWORDS}
+    return (words & _UNITS) | (words & _PEOPLE_AND_DAYS) | {f"`{x}`" for x in spans} | measures
 
 
 def _says_more(a: str, b: str) -> bool:

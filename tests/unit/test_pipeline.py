@@ -380,6 +380,7 @@ def test_texts_that_differ_only_where_no_feature_reads_are_never_merged(proc: Pr
     ("Yuki likes ramen 🍜 but not sushi 🍣.", "Yuki: 🚬"),
     ("Klaus hat Diabetes.", "Klaus hat keinen Diabetes."),
     ("Sam runs 5 km every morning.", "Sam runs 5 miles every morning."),
+    ("Tom's dosage is 10 mg of lisinopril.", "Tom's dosage is 10 g of lisinopril."),  # a one-letter unit
     ("Call mom at 5pm.", "Call dad at 5pm."),
     ("Run tests with `pytest -x tests/unit`.", "Run tests with `pytest -x tests/`."),
     ("Atlas staging URL is https://staging.atlas.example.com.", "Atlas production URL is https://atlas.example.com."),
