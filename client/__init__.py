@@ -300,10 +300,12 @@ class Client:
                                          params={"user": user_id, "hard": "true" if hard else "false"})
         return out
 
-    def delete_all(self, user_id: str) -> int:
-        """Erases one user for good (every memory); returns how many were deleted."""
+    def delete_all(self, user_id: str) -> int | None:
+        """Erases one user for good (every memory, behind the adds of the user accepted before it); returns how
+        many were deleted, or None while it is still queued behind them (202: the erase audit event on
+        memory.status says when it is done)."""
         out = self._call("DELETE", f"/v1/users/{_seg(user_id)}", params={"confirm": user_id})
-        return int(out["deleted"])
+        return int(out["deleted"]) if out.get("erased") is True else None
 
     def undo(self, decision_id: str) -> JSONList:
         events: JSONList = _field(self._call("POST", f"/v1/decisions/{_seg(decision_id)}/undo"), "status_events")
@@ -417,10 +419,12 @@ class AsyncClient:
                                                params={"user": user_id, "hard": "true" if hard else "false"})
         return out
 
-    async def delete_all(self, user_id: str) -> int:
-        """Erases one user for good (every memory); returns how many were deleted."""
+    async def delete_all(self, user_id: str) -> int | None:
+        """Erases one user for good (every memory, behind the adds of the user accepted before it); returns how
+        many were deleted, or None while it is still queued behind them (202: the erase audit event on
+        memory.status says when it is done)."""
         out = await self._call("DELETE", f"/v1/users/{_seg(user_id)}", params={"confirm": user_id})
-        return int(out["deleted"])
+        return int(out["deleted"]) if out.get("erased") is True else None
 
     async def undo(self, decision_id: str) -> JSONList:
         body = await self._call("POST", f"/v1/decisions/{_seg(decision_id)}/undo")

@@ -18,8 +18,8 @@ from typing import Any
 import jsonschema
 import jsonschema_rs
 
-SCHEMA_NAMES = ("memory.added", "pattern.added", "memory.status", "memory.accessed", "dead_letter", "synthesis.run",
-                "dream.control", "dream.control.reply")
+SCHEMA_NAMES = ("memory.added", "pattern.added", "user.erase", "memory.status", "memory.accessed", "dead_letter",
+                "synthesis.run", "dream.control", "dream.control.reply")
 
 
 def schema_file(name: str) -> str:

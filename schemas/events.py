@@ -24,6 +24,8 @@ PATTERN_ADDED = "pattern.added"
 MEMORY_STATUS = "memory.status"
 DEAD_LETTER = "dead_letter"
 INGEST_TYPES = (MEMORY_ADDED, PATTERN_ADDED)
+USER_ERASE = "user.erase"
+"""An erasure on `memory.added`, behind the user's earlier adds in their partition (`erase_of`)."""
 MAX_EVENT_BYTES = 64 * 1024
 
 REASONS = (
@@ -153,6 +155,23 @@ def check_against_schema(schema: str, obj: dict[str, Any]) -> None:
     if path == "text" and keyword in ("minLength", "pattern"):
         raise InvalidEvent("empty_text", "text is empty (or only whitespace and control characters)")
     raise InvalidEvent("bad_field", message)
+
+
+def erase_of(raw: bytes | str | dict[str, Any] | None) -> dict[str, Any] | None:
+    """The `user.erase` record this is, checked (InvalidEvent for a malformed one); None for any other record.
+    It travels on `memory.added`, keyed by the user, so ingest reads it after every add of that user that
+    was produced before it."""
+    if (isinstance(raw, bytes) and USER_ERASE.encode() not in raw) or (isinstance(raw, str) and USER_ERASE not in raw):
+        return None  # most records: no second parse (an escaped type is refused by parse_memory_event)
+    try:
+        obj = decode(raw)
+    except InvalidEvent:
+        return None  # parse_memory_event names what is wrong with it
+    if obj.get("type") != USER_ERASE:
+        return None
+    check_against_schema(USER_ERASE, obj)
+    check_id(obj["user_id"], "user_id")
+    return obj
 
 
 def parse_memory_event(raw: bytes | str | dict[str, Any] | None) -> MemoryAdded:

@@ -26,7 +26,14 @@ import orjson
 from dreamstream.agents import merge_supersede
 from dreamstream.agents.decisions import Decision
 from dreamstream.schemas.errors import StoreError
-from dreamstream.schemas.events import InvalidEvent, dead_letter, now_iso, parse_memory_event, status_event
+from dreamstream.schemas.events import (
+    InvalidEvent,
+    dead_letter,
+    erase_of,
+    now_iso,
+    parse_memory_event,
+    status_event,
+)
 from dreamstream.schemas.memory import EMBEDDING_DIM, LINK_FIELDS, Memory, MemoryAdded, parse_time
 from dreamstream.streams import faults, settings
 from dreamstream.streams.core import changes, judges
@@ -220,6 +227,12 @@ class _Batch:
         self.changed[memory.memory_id] = memory
 
 
+ERASED: dict[str, int] = {}
+"""Erase requests this process applied, by request id, with how many memories each deleted: the API, on the
+worker that holds the user's partition, waits here for the erase it sent (`ERASED_KEPT` most recent)."""
+ERASED_KEPT = 1000
+
+
 def _updated(newer: Memory, older: str) -> bool:
     """Whether `newer` replaced `older` as the user's update (not the judge's supersede), still standing."""
     return any(rec.get("action") == "supersede" and older in rec.get("targets", ()) and not rec.get("undone")
@@ -264,8 +277,46 @@ class Processor:
     # -- ingest -----------------------------------------------------------------------------
 
     def process(self, items: Sequence[Incoming]) -> BatchResult:
-        """Process one batch in order; bad records become dead letters, never exceptions."""
+        """Process one batch in order; bad records become dead letters, never exceptions. A `user.erase`
+        record splits the batch: what came before it is applied, then the user is erased, then the rest."""
         result = BatchResult()
+        segment: list[Incoming] = []
+        for item in items:
+            try:
+                erase = erase_of(item.raw)
+                if erase is not None:
+                    check_key(item.key, erase["user_id"])
+            except InvalidEvent as exc:
+                self._dead(result, item, exc.reason, exc.message)
+                continue
+            if erase is None:
+                segment.append(item)
+                continue
+            if segment:
+                self._process(segment, result)
+                segment = []
+            self._erase(erase, result)
+        if segment:
+            self._process(segment, result)
+        return result
+
+    def _erase(self, erase: dict[str, Any], result: BatchResult) -> None:
+        """Deletes every memory of the user (an erasure: no text is kept, not even in a dead letter) and says
+        so in one audit event on memory.status, with the count, never the texts. Read again after a crash, it
+        deletes what is left and reports that."""
+        user, request = str(erase["user_id"]), str(erase["request"])
+        ids = [m.memory_id for m in self.store.scroll({"user_id": user}, with_features=False)]
+        self.store.delete(ids)
+        self.store.flush()
+        result.status_events.append(status_event(
+            f"erase-{request}", f"user:{user}", user, None, "erased", None, "erase",
+            {"request": request, "issued_by": erase.get("issued_by") or "kafka", "user": user, "deleted": len(ids)}))
+        result.outcomes["erased"] += 1
+        ERASED[request] = len(ids)
+        while len(ERASED) > ERASED_KEPT:
+            ERASED.pop(next(iter(ERASED)))
+
+    def _process(self, items: Sequence[Incoming], result: BatchResult) -> None:
         parsed: list[tuple[Incoming, MemoryAdded]] = []
         for item in items:
             try:
@@ -279,7 +330,7 @@ class Processor:
                 self._dead(result, item, "processing_error", f"{type(exc).__name__}: {exc}")
         fresh = self._screen(parsed, result)
         if not fresh:
-            return result
+            return
         # The model embeds the next chunk on its own thread while this one is decided: the pipeline runs at
         # the model's pace when deciding a chunk takes less time than embedding one.
         chunks = _chunks(fresh)
@@ -310,7 +361,6 @@ class Processor:
             wait([ahead])  # nothing of this batch is left running on the model thread
         self._write(batch)
         result.stored += batch.new
-        return result
 
     def _dead(self, result: BatchResult, item: Incoming, reason: str, message: str) -> None:
         result.dead_letters.append(dead_letter(item.raw, reason, message, item.topic, item.partition, item.offset))

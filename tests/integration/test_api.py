@@ -267,6 +267,13 @@ def test_delete_undo_and_erase_over_http_with_their_status_events(worker: Worker
         assert unconfirmed.status_code == 400 and "confirm=fay" in unconfirmed.json()["error"]
         assert dream.delete_all("fay") == 2
         assert dream.list("fay").memories == [] and dream.get(other.memory_id, "gus").status == "active"
+        # An add accepted just before the erase was stored after it (the erase read the store alone); now the
+        # erase travels behind it in the user's partition.
+        late = dream.add("fay", "Fay's new locker code is 9090.")
+        assert dream.delete_all("fay") in (0, 1)
+        time.sleep(3)
+        assert dream.list("fay").memories == [] and late.memory_id
+
     events = asyncio.run(consume_all(worker.kafka, worker.topics["status"], 10**9, timeout=10))
     mine = [(e["action"], e["to_status"]) for e in events if e["user_id"] == "fay"]
     assert ("delete", "deleted") in mine and ("undo", "active") in mine and ("erase", "erased") in mine

@@ -445,3 +445,24 @@ def test_an_edit_of_a_fact_the_judge_replaced_since_never_overwrites_the_newer_f
     assert got[edit["memory_id"]].metadata["edit_of"] == "m-1"
     forced = [r for r in got[edit["memory_id"]].decisions if (r.get("evidence") or {}).get("rule") == "update"]
     assert not forced
+
+
+def test_an_erase_record_erases_every_earlier_add_of_the_user_and_keeps_later_ones(proc: Processor) -> None:
+    """DELETE /v1/users/U erased only what was stored when it ran: adds of U accepted before it and not yet
+    ingested were stored after it. The erasure now travels on memory.added behind them."""
+    erase = {"type": "user.erase", "event_id": "erase-r1", "user_id": "ana", "request": "r1", "issued_by": "api"}
+    feed(proc, _raw("m-1", "ana", "Ana lives in Lisbon.", 1))
+    result = proc.process([Incoming(raw=orjson.dumps(r), key=r["user_id"].encode()) for r in (
+        _raw("m-2", "ana", "Ana has a secret diagnosis.", 2), _raw("b-1", "bob", "Bob keeps bees.", 2), erase,
+        _raw("m-3", "ana", "Ana signed up again.", 3))])
+    assert set(statuses(proc)) == {"m-3", "b-1"}  # the erased ones are gone, later and other users' stay
+    [audit] = [e for e in result.status_events if e["to_status"] == "erased"]
+    assert audit["evidence"] == {"request": "r1", "issued_by": "api", "user": "ana", "deleted": 2}
+    assert "Lisbon" not in orjson.dumps(result.status_events).decode()
+    from dreamstream.streams.core.ingest import ERASED
+
+    assert ERASED["r1"] == 2
+    wrong_key = proc.process([Incoming(raw=orjson.dumps({**erase, "request": "r2"}), key=b"bob")])
+    assert [d["reason"] for d in wrong_key.dead_letters] == ["key_mismatch"] and "m-3" in statuses(proc)
+    bad = proc.process([Incoming(raw=orjson.dumps({**erase, "user_id": " ana"}), key=None)])
+    assert [d["reason"] for d in bad.dead_letters] == ["bad_field"] and "m-3" in statuses(proc)
