@@ -105,7 +105,8 @@ def settle(store: MemoryStore, change: changes.Change, user: str, decision_id: s
     """Leaves every memory an undo touches consistent with the decisions that still stand. Undos in any
     order restore saved before-states, and a state saved before a later decision was undone names links
     that no longer hold: a memory `superseded` or `merged` behind one that does not name it back (or that
-    the undo of its pass expired) is current again, and a list names only memories that name it back. A
+    the undo of its pass expired) is current again, and a shown memory's list names only memories that name
+    it back (an expired or deleted one keeps its lists: its history). A
     memory a consolidation pass created, whose pass was undone while a later merge kept it, expires with
     the last memory merged into it. Nothing else changes: no memory's text, no other user's memory."""
     for _ in range(4):  # a memory set free can leave another's list stale: a few rounds settle a chain
@@ -123,6 +124,8 @@ def settle(store: MemoryStore, change: changes.Change, user: str, decision_id: s
             if f is None:
                 continue
             for lst, single in BACK.items():
+                if f["status"] in ("expired", "deleted"):
+                    break  # hidden for good or by a person: its lists are its history, kept as they were
                 kept = [x for x in f[lst] if x in state and state[x][single] == mid]
                 if kept != f[lst]:
                     change.set(mid, {lst: kept, "updated_at": stamp})

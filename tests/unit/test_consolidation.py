@@ -167,6 +167,7 @@ def test_apply_merges_resolves_prunes_and_undo_reverts_the_pass(proc: Processor)
     assert all(back[m].status == "active" for m in ("pg-1", "pg-2", "fri-1", "sess-1", "vague-1"))
     assert back["pg-1"].merged_into is None and back["fri-1"].superseded_by is None
     assert back[new_id].status == "expired" and len(undone) == 6
+    assert sorted(back[new_id].merged_from) == ["pg-1", "pg-2"]  # expired, it keeps what it was made of
     for e in undone:
         contracts.validate("memory.status", e)
     with pytest.raises(ValueError):
@@ -690,6 +691,7 @@ def test_undoing_the_last_merge_into_an_undone_passs_memory_expires_it(proc: Pro
     got = proc.store.retrieve(["n1", new_id, "pg-1", "pg-2"])
     assert got[new_id].status == "expired" and got["n1"].status == "active"
     assert got["pg-1"].status == got["pg-2"].status == "active"
+    assert "n1" not in got[new_id].merged_from  # the undone merge's link goes; what the pass merged is its history
     assert {(e["memory_id"], e["to_status"]) for e in events} == {("n1", "active"), (new_id, "expired")}
     assert len(events) == 2
     _consistent(proc)
