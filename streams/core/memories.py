@@ -32,6 +32,11 @@ metadata type)."""
 def new_event(body: Any) -> dict[str, Any]:
     """A `memory.added` event from an HTTP body: `user_id` and `text` are required; `event_id`,
     `memory_id` and `created_at` get fresh values when absent. Raises InvalidEvent (a 400)."""
+    return _checked_event(body)[0]
+
+
+def _checked_event(body: Any) -> tuple[dict[str, Any], str]:
+    """`new_event`'s event and its text as ingest stores it (one validation for both)."""
     if not isinstance(body, dict):
         raise InvalidEvent("not_an_object", "the body must be a JSON object (a list for several)")
     if body.get("type", MEMORY_ADDED) != MEMORY_ADDED:
@@ -40,11 +45,11 @@ def new_event(body: Any) -> dict[str, Any]:
     token = uuid.uuid4().hex[:16]
     event.setdefault("event_id", f"e-{token}")
     event.setdefault("memory_id", f"m-{token}")
-    parse_memory_event(event)  # the same validation as ingest
+    parsed = parse_memory_event(event)  # the same validation as ingest
     size = len(orjson.dumps(event))  # what ingest measures: the record as the API sends it
     if size > MAX_EVENT_BYTES:
         raise InvalidEvent("oversize", f"event is {size} bytes; the limit is {MAX_EVENT_BYTES}")
-    return event
+    return event, parsed.text
 
 
 def new_events(body: Any) -> list[dict[str, Any]]:
@@ -57,11 +62,11 @@ def new_events(body: Any) -> list[dict[str, Any]]:
     for n, item in enumerate(items):
         where = f"item {n}: " if isinstance(body, list) else ""
         try:
-            event = new_event(item)
+            event, text = _checked_event(item)
         except InvalidEvent as exc:
             raise InvalidEvent(exc.reason, where + exc.message) from exc
         # Within one list, as ingest reads it: an id again with other content is refused there, after a 202.
-        content = (event["memory_id"], event["user_id"], parse_memory_event(event).text)
+        content = (event["memory_id"], event["user_id"], text)
         for key, reason in (("event_id", "duplicate_event_id"), ("memory_id", "memory_id_conflict")):
             earlier = firsts.setdefault((key, event[key]), (n, content))
             if earlier[1] != content:
@@ -317,8 +322,13 @@ def list_page(store: MemoryStore, embed: Any, read: reads.ReadQuery, where: Mapp
     if read.text:
         threshold = read.threshold
 
+        judged: dict[str, bool] = {}  # each match once, however often the depth grows
+
         def wanted(x: reads.Scored) -> bool:
-            return (threshold is None or x[1] >= threshold) and keep(x[0].export_row())
+            mid = x[0].memory_id
+            if mid not in judged:
+                judged[mid] = (threshold is None or x[1] >= threshold) and keep(x[0].export_row())
+            return judged[mid]
 
         matches = reads.ranked(store, embed, read.user, read.text, read.mode,
                                lambda sure: sum(map(wanted, sure)) > start + read.limit, threshold)

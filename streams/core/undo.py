@@ -109,15 +109,21 @@ def settle(store: MemoryStore, change: changes.Change, user: str, decision_id: s
     it back (an expired or deleted one keeps its lists: its history). A
     memory a consolidation pass created, whose pass was undone while a later merge kept it, expires with
     the last memory merged into it. Nothing else changes: no memory's text, no other user's memory."""
+    stored: dict[str, Memory | None] = {}  # each memory read once: only the change moves while settling
+
+    def read(ids: list[str]) -> dict[str, Memory]:
+        missing = [x for x in ids if x not in stored]
+        if missing:
+            got = store.retrieve(missing)
+            stored.update({x: got.get(x) for x in missing})
+        return {x: m for x in ids if (m := stored[x]) is not None and m.user_id == user}
+
     for _ in range(4):  # a memory set free can leave another's list stale: a few rounds settle a chain
         touched = [mid for mid in change.updates if mid not in change.deletes]
-        got = store.retrieve(touched)
-        state = {mid: _fields(m, change.updates.get(mid, {})) for mid, m in got.items() if m.user_id == user}
+        state = {mid: _fields(m, change.updates.get(mid, {})) for mid, m in read(touched).items()}
         linked = {x for f in state.values() for k in ("supersedes", "merged_from") for x in f[k]}
         linked |= {f[k] for f in state.values() for k in ("superseded_by", "merged_into") if f[k]}
-        linked -= set(state)
-        state |= {mid: _fields(m, change.updates.get(mid, {}))
-                  for mid, m in (store.retrieve(sorted(linked)) if linked else {}).items() if m.user_id == user}
+        state |= {mid: _fields(m, change.updates.get(mid, {})) for mid, m in read(sorted(linked - set(state))).items()}
         moved = False
         for mid in touched:
             f = state.get(mid)
@@ -139,11 +145,9 @@ def settle(store: MemoryStore, change: changes.Change, user: str, decision_id: s
                     moved = True
         if not moved:
             break
-    before = store.retrieve(sorted(change.updates))
-    for mid, m in sorted(before.items()):
+    for mid, m in sorted(read(sorted(change.updates)).items()):
         after = _fields(m, change.updates.get(mid, {}))
-        if m.user_id == user and m.merged_from and not after["merged_from"] and after["status"] == "active" \
-                and _pass_undone(store, m):
+        if m.merged_from and not after["merged_from"] and after["status"] == "active" and _pass_undone(store, m):
             change.set(mid, {"status": "expired", "updated_at": stamp})
             _moved_to(change, decision_id, mid, user, "active", "expired", evidence)
 
