@@ -201,3 +201,12 @@ def holder_of(creates: Sequence[Memory], touched: Sequence[str], deletes: Sequen
     if creates:
         return creates[0].memory_id
     return next((mid for mid in touched if mid not in set(deletes)), None)
+
+
+def erase_user(store: MemoryStore, user: str) -> int:
+    """Deletes every memory of one user for good (an erasure: no tombstone, no text kept); returns how many.
+    A repeat deletes whatever is left."""
+    ids = [m.memory_id for m in store.scroll({"user_id": user}, with_features=False)]
+    store.delete(ids)
+    store.flush()
+    return len(ids)

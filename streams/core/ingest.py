@@ -243,10 +243,9 @@ def fresh_id(did: str, memories: Sequence[Memory]) -> str:
     """The decision's id, or, when these memories already hold a decision of that id that was undone (a
     full consolidation deciding the same pair again), a new one: an id names one decision, so the undo
     stays in the history and consumers that deduplicate on it keep the second."""
-    held = {i for m in memories for i in m.decision_ids}
-    n = 1
-    out = did
-    while out in held and any(r.get("decision_id") == out and r.get("undone") for m in memories for r in m.decisions):
+    undone = {r.get("decision_id") for m in memories for r in m.decisions if r.get("undone")}
+    n, out = 1, did
+    while out in undone:
         n += 1
         out = f"{did}-{n}"
     return out
@@ -305,14 +304,12 @@ class Processor:
         so in one audit event on memory.status, with the count, never the texts. Read again after a crash, it
         deletes what is left and reports that."""
         user, request = str(erase["user_id"]), str(erase["request"])
-        ids = [m.memory_id for m in self.store.scroll({"user_id": user}, with_features=False)]
-        self.store.delete(ids)
-        self.store.flush()
+        deleted = changes.erase_user(self.store, user)
         result.status_events.append(status_event(
             f"erase-{request}", f"user:{user}", user, None, "erased", None, "erase",
-            {"request": request, "issued_by": erase.get("issued_by") or "kafka", "user": user, "deleted": len(ids)}))
+            {"request": request, "issued_by": erase.get("issued_by") or "kafka", "user": user, "deleted": deleted}))
         result.outcomes["erased"] += 1
-        ERASED[request] = len(ids)
+        ERASED[request] = deleted
         while len(ERASED) > ERASED_KEPT:
             ERASED.pop(next(iter(ERASED)))
 

@@ -216,15 +216,13 @@ def erase_user(store: MemoryStore, user: str, intent: str) -> int:
 
     The count is written to `intent` (a file per request) before the delete, so that a repeated request
     deletes whatever a crash left and still reports what the first run found."""
-    ids = [m.memory_id for m in store.scroll({"user_id": user})]
     if os.path.exists(intent):
         with open(intent, "rb") as f:
             found = int(orjson.loads(f.read())["deleted"])
     else:
-        found = len(ids)
+        found = store.count({"user_id": user})
         changes.write_durably(intent, orjson.dumps({"user": user, "deleted": found}))
-    store.delete(ids)
-    store.flush()
+    changes.erase_user(store, user)
     return found
 
 
