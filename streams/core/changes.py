@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import orjson
+
 from dreamstream.schemas.memory import Memory
 from dreamstream.streams import faults
 from dreamstream.streams.store import MemoryStore
@@ -203,10 +205,18 @@ def holder_of(creates: Sequence[Memory], touched: Sequence[str], deletes: Sequen
     return next((mid for mid in touched if mid not in set(deletes)), None)
 
 
-def erase_user(store: MemoryStore, user: str) -> int:
+def erase_user(store: MemoryStore, user: str, intent: str | None = None) -> int:
     """Deletes every memory of one user for good (an erasure: no tombstone, no text kept); returns how many.
-    A repeat deletes whatever is left."""
+    A repeat deletes whatever is left. With `intent` (a file per request) the first run's count is written
+    there before the delete, so a request read again after a crash still reports what it found first."""
     ids = [m.memory_id for m in store.scroll({"user_id": user}, with_features=False)]
+    found = len(ids)
+    if intent is not None:
+        if os.path.exists(intent):
+            with open(intent, "rb") as f:
+                found = int(orjson.loads(f.read())["deleted"])
+        else:
+            write_durably(intent, orjson.dumps({"user": user, "deleted": found}))
     store.delete(ids)
     store.flush()
-    return len(ids)
+    return found

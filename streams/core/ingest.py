@@ -72,6 +72,8 @@ class BatchResult:
     stored: list[Memory] = field(default_factory=list)
     outbox_owners: list[str] = field(default_factory=list)
     """Memories whose stored status events are in `status_events`: marked sent once published."""
+    erased: list[str] = field(default_factory=list)
+    """Users a `user.erase` record erased: the worker deletes the files that hold their texts too."""
     embed_seconds: float = 0.0
     embedded: int = 0
     lags: list[float] = field(default_factory=list)
@@ -79,6 +81,7 @@ class BatchResult:
     def extend(self, other: BatchResult) -> None:
         self.status_events += other.status_events
         self.outbox_owners += other.outbox_owners
+        self.erased += other.erased
         self.dead_letters += other.dead_letters
         self.outcomes.update(other.outcomes)
         self.decisions.update(other.decisions)
@@ -261,8 +264,11 @@ class Processor:
         decide: Decide | None = None,
         candidate_k: int | None = None,
         keep_outbox: bool = False,
+        erase_dir: str | None = None,
     ) -> None:
         self.store = store
+        self.erase_dir = erase_dir
+        """Where each `user.erase` request keeps its first count (a file per request; None: none kept)."""
         self.embed = embed
         self.keep_outbox = keep_outbox
         """Keep each decision's status events in the store until `mark_sent` (the worker publishes them);
@@ -302,13 +308,17 @@ class Processor:
     def _erase(self, erase: dict[str, Any], result: BatchResult) -> None:
         """Deletes every memory of the user (an erasure: no text is kept, not even in a dead letter) and says
         so in one audit event on memory.status, with the count, never the texts. Read again after a crash, it
-        deletes what is left and reports that."""
+        deletes what is left and reports the first run's count (kept in `erase_dir`)."""
         user, request = str(erase["user_id"]), str(erase["request"])
-        deleted = changes.erase_user(self.store, user)
+        intent = None
+        if self.erase_dir is not None:
+            intent = os.path.join(self.erase_dir, hashlib.sha256(request.encode()).hexdigest()[:24] + ".json")
+        deleted = changes.erase_user(self.store, user, intent)
         result.status_events.append(status_event(
             f"erase-{request}", f"user:{user}", user, None, "erased", None, "erase",
             {"request": request, "issued_by": erase.get("issued_by") or "kafka", "user": user, "deleted": deleted}))
         result.outcomes["erased"] += 1
+        result.erased.append(user)
         ERASED[request] = deleted
         while len(ERASED) > ERASED_KEPT:
             ERASED.pop(next(iter(ERASED)))

@@ -4,7 +4,6 @@ history, and filtered, paginated listings. The worker's HTTP pages (worker/api.p
 from __future__ import annotations
 
 import base64
-import os
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -209,21 +208,6 @@ def co_read(memory: Memory, other_id: str) -> bool:
     """Whether `memory` keeps `other_id` as a co-access link or in a pending read (light consolidation)."""
     pending = memory.access.get("pending") or []
     return other_id in memory.links or any(other_id in (p.get("with") or []) for p in pending)
-
-
-def erase_user(store: MemoryStore, user: str, intent: str) -> int:
-    """Hard delete of everything of one user (privacy requests); returns how many memories it found.
-
-    The count is written to `intent` (a file per request) before the delete, so that a repeated request
-    deletes whatever a crash left and still reports what the first run found."""
-    if os.path.exists(intent):
-        with open(intent, "rb") as f:
-            found = int(orjson.loads(f.read())["deleted"])
-    else:
-        found = store.count({"user_id": user})
-        changes.write_durably(intent, orjson.dumps({"user": user, "deleted": found}))
-    changes.erase_user(store, user)
-    return found
 
 
 def decision_user(store: MemoryStore, decision_id: str) -> str | None:

@@ -26,7 +26,6 @@ import functools
 import hmac
 import ipaddress
 import logging
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -37,10 +36,9 @@ from faust.web import Request, Response, View
 from yarl import URL
 
 from dreamstream.schemas.errors import StoreError
-from dreamstream.schemas.events import USER_ERASE, now_iso
 from dreamstream.streams.core import changes, memories, reads
 from dreamstream.streams.core import consolidation as runner
-from dreamstream.streams.core.ingest import ERASED, BatchResult
+from dreamstream.streams.core.ingest import BatchResult
 from dreamstream.streams.worker import metrics
 from dreamstream.streams.worker.app import (
     app,
@@ -51,6 +49,7 @@ from dreamstream.streams.worker.app import (
     settings,
 )
 from dreamstream.streams.worker.consolidation import access_event, accessed_topic
+from dreamstream.streams.worker.ingest import request_erase
 from dreamstream.streams.worker.tables import settings_table
 
 log = logging.getLogger("dreamstream.api")
@@ -137,10 +136,6 @@ async def at_owner(request: Request, user: str) -> Any | None:
         return _error(504, f"sent to the worker holding user {user}'s partition ({owner}), no answer came: it "
                            f"may have been applied there ({type(exc).__name__})")
 
-
-ERASE_WAIT_S = 30.0
-"""How long an erase request waits for ingest to reach it (behind the user's accepted adds) before answering
-202 `queued`."""
 
 FORWARD_READ_S = 600.0
 """How long a passed-on write may run on its owner (an erase of a large user, a full pass) before the client
@@ -280,23 +275,8 @@ class UserView(View):
                                f"add ?confirm={user_id}")
         if (passed := await at_owner(request, user_id)) is not None:
             return passed  # type: ignore[no-any-return]
-        request_id = uuid.uuid4().hex
-        # Through the user's partition of memory.added, behind every add of the user accepted before it: ingest
-        # erases when it reads it, so nothing accepted earlier is stored afterwards (it publishes the audit event).
-        await memory_added_topic.send(key=user_id.encode(), value=orjson.dumps({
-            "type": USER_ERASE, "event_id": f"erase-{request_id}", "user_id": user_id, "request": request_id,
-            "issued_by": "api", "created_at": now_iso()}))
-        await app.producer.flush()
-        await on_store_thread(runner.forget_plans, settings.data_dir, user_id)  # plans hold the user's texts
-        deadline = asyncio.get_running_loop().time() + ERASE_WAIT_S
-        while request_id not in ERASED and asyncio.get_running_loop().time() < deadline:
-            await asyncio.sleep(0.1)
-        if request_id in ERASED:
-            return _json({"user": user_id, "deleted": ERASED[request_id], "erased": True,  # type: ignore[no-any-return]
-                          "request": request_id})
-        return _json({"user": user_id, "erased": "queued", "request": request_id,  # type: ignore[no-any-return]
-                      "detail": "behind the user's accepted events in memory.added; the erase audit event on "
-                                "memory.status names this request when it is done"}, status=202)
+        done = await request_erase(user_id, None, "api")
+        return _json(done, status=200 if done["erased"] is True else 202)  # type: ignore[no-any-return]
 
 
 @app.page("/v1/memories/{memory_id}/history")

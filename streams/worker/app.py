@@ -86,7 +86,7 @@ def _build_processor() -> Processor:
     finished = changes.recover(store, grace_seconds=RECOVER_GRACE_S if settings.qdrant_url else 0.0)
     if finished:
         log.warning("finished changes a crash had left half-applied (%d status events to send)", len(finished))
-    return Processor(store, shared_embedder(), keep_outbox=True)
+    return Processor(store, shared_embedder(), keep_outbox=True, erase_dir=os.path.join(settings.data_dir, "erase"))
 
 
 _build_lock: asyncio.Lock | None = None

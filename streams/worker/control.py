@@ -16,7 +16,6 @@ read-modify-write of links interleaved with that user's ingest and lost links.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import os
 from collections.abc import Awaitable, Callable
@@ -27,11 +26,9 @@ import orjson
 
 from dreamstream.schemas.control import Command, InvalidCommand, parse_command, reply
 from dreamstream.schemas.errors import CommandFailed, StoreError
-from dreamstream.schemas.events import now_iso, status_event
 from dreamstream.streams.core import changes, memories
 from dreamstream.streams.core import consolidation as cr
 from dreamstream.streams.core import synthesis as runner
-from dreamstream.streams.core.ingest import forget_reprocess
 from dreamstream.streams.core.undo import AlreadyUndone
 from dreamstream.streams.worker import health, metrics
 from dreamstream.streams.worker.app import (
@@ -44,6 +41,7 @@ from dreamstream.streams.worker.app import (
     status_topic,
 )
 from dreamstream.streams.worker.consolidation import schedule_command
+from dreamstream.streams.worker.ingest import request_erase
 from dreamstream.streams.worker.tables import projects_table, settings_table
 
 log = logging.getLogger("dreamstream.control")
@@ -164,12 +162,9 @@ async def send_status(proc: Any, events: list[dict[str, Any]]) -> None:
 
 @handles("erase")
 async def erase(cmd: Command) -> dict[str, Any]:
-    user = cmd.args["user"]
-    details = await on_store_thread(erase_user, await processor(), user, cmd)
-    audit = status_event(f"erase-{cmd.id}", f"user:{user}", user, None, "erased", None,
-                         "erase", {"command_id": cmd.id, "issued_by": cmd.issued_by, **details})
-    await status_topic.send(key=user.encode(), value=audit)
-    return details
+    """Through the user's partition of memory.added, as the API's DELETE (worker/ingest.py `request_erase`):
+    an erase run here, beside ingest, could be overtaken by the user's adds still queued there."""
+    return await request_erase(cmd.args["user"], cmd.id, cmd.issued_by or "control")
 
 
 @handles("reprocess")
@@ -184,16 +179,6 @@ async def reprocess(cmd: Command) -> dict[str, Any]:
     await on_store_thread(proc.mark_sent, result.outbox_owners)
     return {"user": user, "memories": result.outcomes["stored"] + result.outcomes["redelivered"],
             "decisions": dict(result.decisions)}
-
-
-def erase_user(proc: Any, user: str, cmd: Command) -> dict[str, Any]:
-    """Hard delete of everything of one user (core/memories.py); the audit keeps counts, never texts.
-    A redelivered command deletes whatever a crash left and still reports the first run's count."""
-    intent = os.path.join(settings.data_dir, "erase", hashlib.sha256(cmd.id.encode()).hexdigest()[:24] + ".json")
-    found = memories.erase_user(proc.store, user, intent)
-    cr.forget_plans(settings.data_dir, user)  # pending consolidation plans hold the user's texts
-    forget_reprocess(os.path.join(settings.data_dir, "reprocess"), user)  # so does an unfinished reprocess
-    return {"user": user, "deleted": found, "at": now_iso()}
 
 
 @handles("consolidate.run", "consolidate.approve", "consolidate.reject")

@@ -8,18 +8,32 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 import faust
+import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from dreamstream.schemas.errors import StoreError
+from dreamstream.schemas.events import USER_ERASE, now_iso
 from dreamstream.streams import faults
-from dreamstream.streams.core.ingest import Incoming, Processor
+from dreamstream.streams.core import consolidation as runner
+from dreamstream.streams.core.ingest import ERASED, Incoming, Processor, forget_reprocess
 from dreamstream.streams.worker import health, metrics
-from dreamstream.streams.worker.app import _runtime, app, ingest_channel, on_store_thread, processor, publish, settings
+from dreamstream.streams.worker.app import (
+    _runtime,
+    app,
+    ingest_channel,
+    memory_added_topic,
+    on_store_thread,
+    processor,
+    publish,
+    settings,
+)
 from dreamstream.streams.worker.offsets import InputOffsets, Verdict
 
 log = logging.getLogger("dreamstream.ingest")
@@ -170,6 +184,8 @@ async def ingest(stream: faust.StreamT) -> None:
         started = time.perf_counter()
         try:
             result = await on_store_thread(proc.process, items)
+            if result.erased:
+                await on_store_thread(forget_files, result.erased)
         except Exception as exc:
             failures += 1
             await read_again(exc, failures, batch, ledger)
@@ -200,6 +216,35 @@ async def ingest(stream: faust.StreamT) -> None:
         health.recovered("ingest")
         if result.dead_letters:
             log.warning("batch of %d: %d dead letters", len(items), len(result.dead_letters))
+
+
+def forget_files(users: list[str]) -> None:
+    """What else holds an erased user's texts on this worker: pending consolidation plans and an unfinished
+    reprocess's backup (a later reprocess would finish from it and bring the texts back)."""
+    for user in users:
+        runner.forget_plans(settings.data_dir, user)
+        forget_reprocess(os.path.join(settings.data_dir, "reprocess"), user)
+
+
+async def request_erase(user: str, request: str | None, issued_by: str) -> dict[str, Any]:
+    """Erases one user through their partition of memory.added (the API's DELETE and `dream control erase`):
+    ingest reads the `user.erase` record behind every add of the user sent before it, so nothing accepted
+    earlier is stored afterwards, and publishes the audit event. Waits up to DREAM_ERASE_WAIT_SECONDS on the worker
+    holding the partition for the count; else says it is queued (the audit event names the request)."""
+    request = request or uuid.uuid4().hex
+    await memory_added_topic.send(key=user.encode(), value=orjson.dumps({
+        "type": USER_ERASE, "event_id": f"erase-{request}", "user_id": user, "request": request,
+        "issued_by": issued_by, "created_at": now_iso()}))
+    await app.producer.flush()
+    await on_store_thread(runner.forget_plans, settings.data_dir, user)  # plans hold the user's texts
+    deadline = asyncio.get_running_loop().time() + settings.erase_wait_seconds
+    while request not in ERASED and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.1)
+    if request in ERASED:
+        return {"user": user, "deleted": ERASED[request], "erased": True, "request": request}
+    return {"user": user, "erased": "queued", "request": request,
+            "detail": "behind the user's accepted events in memory.added; the erase audit event on "
+                      "memory.status names this request when it is done"}
 
 
 async def open_processor() -> Processor:

@@ -31,7 +31,8 @@ pytestmark = pytest.mark.kafka
 
 @pytest.fixture
 def worker(kafka: str, unique: str, tmp_path: Path) -> Iterator[WorkerProcess]:
-    w = WorkerProcess(kafka, f"ops-{unique}", tmp_path, extra_env={"DREAM_SYNTHESIS_CHECK_SECONDS": "1"})
+    w = WorkerProcess(kafka, f"ops-{unique}", tmp_path, extra_env={"DREAM_SYNTHESIS_CHECK_SECONDS": "1",
+                                                                   "DREAM_ERASE_WAIT_SECONDS": "5"})
     yield w
     w.stop()
 
@@ -115,11 +116,28 @@ def test_pause_resume_erase(worker: WorkerProcess) -> None:
     assert unconfirmed.returncode == 1 and "add --yes to confirm" in unconfirmed.stderr
     assert worker.stats()["memories"] == 2  # nothing sent
     rc, erased = dream_control(worker, "erase", "user=px", "--yes")
-    assert rc == 0 and erased["details"]["deleted"] == 2
+    assert rc == 0 and erased["details"]["deleted"] == 2 and erased["details"]["erased"] is True
     assert worker.read("user=px&include_merged=1")["memories"] == []
     audit = asyncio.run(consume_all(worker.kafka, worker.topics["status"], 1, 20,
                                     keep=lambda r: orjson.loads(r.value).get("action") == "erase"))
     assert audit and audit[0]["evidence"]["deleted"] == 2 and "text" not in orjson.dumps(audit[0]).decode()
+
+    # An erase behind an add still queued (ingest paused): before, the erase deleted what was stored and the
+    # queued add was stored after it; now it waits its turn in the user's partition and takes the add too.
+    asyncio.run(produce(worker.kafka, worker.topics["added"], [line(event(3, "px", "Lives in Lisbon."))]))
+    worker.wait_for(lambda s: s.get("memories") == 1, timeout=60)
+    assert dream_control(worker, "ingest.pause")[1]["details"] == {"paused": True}
+    time.sleep(3)
+    asyncio.run(produce(worker.kafka, worker.topics["added"], [line(event(4, "px", "Works as a nurse."))]))
+    rc, queued = dream_control(worker, "erase", "user=px", "--yes")
+    assert rc == 0 and queued["details"]["erased"] == "queued"
+    assert dream_control(worker, "ingest.resume")[1]["details"] == {"paused": False}
+    audits = asyncio.run(consume_all(worker.kafka, worker.topics["status"], 2, 60,
+                                     keep=lambda r: orjson.loads(r.value).get("action") == "erase"))
+    assert [a["evidence"]["deleted"] for a in audits] == [2, 2]
+    assert audits[1]["evidence"]["request"] == queued["details"]["request"]
+    time.sleep(2)
+    assert worker.read("user=px&include_merged=1")["memories"] == []
 
 
 def test_a_command_the_store_refuses_waits_for_it_and_loses_nothing(kafka: str, unique: str, tmp_path: Path) -> None:

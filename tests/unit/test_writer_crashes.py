@@ -209,23 +209,22 @@ def test_reprocess_killed_after_any_write_finishes_the_first_run(tmp_path: Path,
         store.close()
 
 
-def test_a_redelivered_erase_deletes_the_rest_and_reports_the_first_count(
-        tmp_path: Path, embedder: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from types import SimpleNamespace
+def test_a_redelivered_erase_deletes_the_rest_and_reports_the_first_count(tmp_path: Path, embedder: Any) -> None:
+    import orjson
 
-    from dreamstream.schemas.control import Command
-    from dreamstream.streams.worker import control
+    def erase(request: str) -> Incoming:
+        return Incoming(raw=orjson.dumps({"type": "user.erase", "event_id": f"erase-{request}", "user_id": "u1",
+                                          "request": request}), topic="memory.added", partition=0, offset=1)
 
-    monkeypatch.setattr(control, "settings", control.settings.model_copy(update={"data_dir": str(tmp_path / "d")}))
     store = fresh(tmp_path, "s", embedder)
     total = store.count({"user_id": "u1"})
-    cmd = Command(id="erase-1", command="erase", args={"user": "u1"})
-    with pytest.raises(Crash):  # killed right after its delete, before the audit event and the reply
-        control.erase_user(SimpleNamespace(store=CrashAfter(store, 1)), "u1", cmd)
+    erase_dir = str(tmp_path / "erase")
+    with pytest.raises(Crash):  # killed right after its delete, before the audit event is published
+        Processor(CrashAfter(store, 1), embedder, erase_dir=erase_dir).process([erase("r1")])
     assert store.count({"user_id": "u1"}) == 0
-    again = control.erase_user(SimpleNamespace(store=store), "u1", cmd)
-    assert again["deleted"] == total > 0  # what the first run found, not the 0 left
-    other = control.erase_user(SimpleNamespace(store=store), "u1", Command(id="erase-2", command="erase",
-                                                                           args={"user": "u1"}))
-    assert other["deleted"] == 0
+    again = Processor(store, embedder, erase_dir=erase_dir).process([erase("r1")])
+    assert again.erased == ["u1"]
+    assert [e["evidence"]["deleted"] for e in again.status_events] == [total] and total > 0  # not the 0 left
+    other = Processor(store, embedder, erase_dir=erase_dir).process([erase("r2")])
+    assert [e["evidence"]["deleted"] for e in other.status_events] == [0]
     store.close()
