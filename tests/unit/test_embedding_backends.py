@@ -114,3 +114,49 @@ def test_a_texts_vector_does_not_depend_on_the_padding_of_its_batch(tmp_path: Pa
     real = feeds["attention_mask"].astype(bool)
     assert np.abs(ours[real] - ref[real]).max() < 1e-3
     assert not ours[~real].any()  # padding rows come back as zeros, never computed
+
+
+def test_int8_products_are_exact_on_every_processor(tmp_path: Path) -> None:
+    """Without VNNI, ONNX Runtime pairs u8 x s8 products in saturating 16-bit sums: the learned judge's
+    int8 cross-encoder gave other scores there than on the machine its thresholds were calibrated on (and
+    merged other pairs). The exact graph multiplies the same integers in float, the same on every machine."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from dreamstream.streams.core import onnx_model
+
+    rng = np.random.default_rng(7)
+    weights = (np.where(rng.random((256, 8)) < 0.5, 1.0, -1.0) * rng.uniform(0.9, 1.0, (256, 8))).astype(np.float32)
+    weights[::2] = np.abs(weights[::2])  # neighbouring rows of one sign: their products pair up past 16 bits
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 256])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])],
+                              [numpy_helper.from_array(weights, "w")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "f.onnx"))
+    quantize_dynamic(str(tmp_path / "f.onnx"), str(tmp_path / "q.onnx"), weight_type=QuantType.QInt8)
+    onnx_model.exact_int8(tmp_path / "q.onnx", tmp_path / "exact.onnx")
+    x = rng.uniform(0.0, 1.0, (1, 256)).astype(np.float32)
+    x[0, 0] = -0.01  # a zero point above 0: the activations are centred before the product
+
+    def run(name: str) -> np.ndarray:
+        return ort.InferenceSession(str(tmp_path / name), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+
+    # the exact int8 result, from the quantized operands, in numpy
+    scale_x = (x.max() - min(0.0, x.min())) / 255
+    zp = np.clip(np.round(-min(0.0, x.min()) / scale_x), 0, 255)
+    xq = np.clip(np.round(x / scale_x) + zp, 0, 255) - zp
+    wq = {i.name: numpy_helper.to_array(i) for i in onnx.load(str(tmp_path / "q.onnx")).graph.initializer}
+    w_int = wq["w_quantized"].astype(np.float64) - float(wq["w_zero_point"])
+    expected = (xq.astype(np.float64) @ w_int) * scale_x * float(wq["w_scale"])
+    assert np.allclose(run("exact.onnx"), expected, rtol=1e-4, atol=1e-4)
+    assert np.allclose(run("exact.onnx"), x @ weights, rtol=0.05, atol=0.05)  # and near the float graph
+
+
+def test_which_processors_multiply_int8_exactly() -> None:
+    from dreamstream.streams.core import onnx_model
+
+    assert not onnx_model.int8_exact_here("model name : AMD EPYC\nflags : fpu sse2 avx2 fma\n")
+    assert onnx_model.int8_exact_here("flags\t\t: fpu avx2 avx512f avx512_vnni\n")
+    assert onnx_model.int8_exact_here("Features\t: fp asimd asimddp\n")
