@@ -230,6 +230,10 @@ class _Batch:
         self.changed[memory.memory_id] = memory
 
 
+SOURCES_GONE = "pattern sources"
+"""How a pattern's dead letter begins when its sources are missing or deleted: its text is withheld."""
+WITHHELD = "[withheld: the pattern quotes memories that are not stored]"
+
 ERASED: dict[str, int] = {}
 """Erase requests this process applied, by request id, with how many memories each deleted: the API, on the
 worker that holds the user's partition, waits here for the erase it sent (`ERASED_KEPT` most recent)."""
@@ -369,8 +373,14 @@ class Processor:
         self._write(batch)
         result.stored += batch.new
 
-    def _dead(self, result: BatchResult, item: Incoming, reason: str, message: str) -> None:
-        result.dead_letters.append(dead_letter(item.raw, reason, message, item.topic, item.partition, item.offset))
+    def _dead(self, result: BatchResult, item: Incoming, reason: str, message: str, withhold: bool = False) -> None:
+        """A dead letter with the record; `withhold`: with its text left out (a pattern quoting memories that
+        are gone, e.g. an erased user's: their words must not come back through the dead letters)."""
+        raw = item.raw
+        if withhold:  # a pattern event, parsed before: a JSON object
+            body = item.raw if isinstance(item.raw, dict) else orjson.loads(item.raw or b"{}")
+            raw = {**{k: v for k, v in body.items() if k not in ("text", "embedding")}, "text": WITHHELD}
+        result.dead_letters.append(dead_letter(raw, reason, message, item.topic, item.partition, item.offset))
         result.outcomes[f"dead_letter:{reason}"] += 1
 
     def _screen(
@@ -415,7 +425,7 @@ class Processor:
                     problem = ("memory_id_conflict",
                                f"memory_id {event.memory_id} is another memory; a pattern cannot replace it")
                 if problem:
-                    self._dead(result, item, *problem)
+                    self._dead(result, item, *problem, withhold=problem[1].startswith(SOURCES_GONE))
                     continue
                 fresh.append((item, event))  # a pattern may be rewritten with more evidence
             elif stored is not None or batch_first is not None:
@@ -446,10 +456,10 @@ class Processor:
         found = self.store.retrieve(list(dict.fromkeys(event.sources)))
         foreign = [s for s in event.sources if s not in found or found[s].user_id != event.user_id]
         if foreign:
-            return "bad_field", f"pattern sources not stored for user {event.user_id}: {', '.join(foreign[:3])}"
+            return "bad_field", f"{SOURCES_GONE} not stored for user {event.user_id}: {', '.join(foreign[:3])}"
         gone = [s for s in event.sources if found[s].status == "deleted"]
         if gone:  # deleted by a person while the pattern was being written: it must not quote them
-            return "bad_field", f"pattern sources deleted: {', '.join(gone[:3])}"
+            return "bad_field", f"{SOURCES_GONE} deleted: {', '.join(gone[:3])}"
         return None
 
     def _redelivered(self, stored: Memory | None, result: BatchResult) -> None:
@@ -477,8 +487,19 @@ class Processor:
         faults.point("applied")
 
     def mark_sent(self, memory_ids: Sequence[str]) -> None:
-        """The status events kept on these memories were published: clear them."""
-        self.store.update_many(list(dict.fromkeys(memory_ids)), {"outbox": [], "outbox_state": "sent"})
+        """The status events kept on these memories were published: clear them. A memory deleted since it was
+        stored (a `user.erase` later in the same batch, a hard delete while the batch was published) has no
+        outbox left to clear: the store refuses an update naming it, so the rest are cleared without it (were
+        the batch read again instead, it would store the deleted memory again)."""
+        ids = list(dict.fromkeys(memory_ids))
+        sent = {"outbox": [], "outbox_state": "sent"}
+        try:
+            self.store.update_many(ids, sent)
+        except StoreError:
+            present = self.store.retrieve(ids)
+            if len(present) == len(ids):
+                raise  # all there: a real store fault
+            self.store.update_many([m for m in ids if m in present], sent)
 
     def unsent(self) -> BatchResult:
         """Every status event stored and not yet published (after a crash, at the worker's start)."""

@@ -42,6 +42,7 @@ from dreamstream.streams.core.ingest import BatchResult
 from dreamstream.streams.worker import metrics
 from dreamstream.streams.worker.app import (
     app,
+    deliver,
     memory_added_topic,
     on_store_thread,
     processor,
@@ -204,9 +205,7 @@ class MemoriesView(View):
             taken = None
         if taken:  # ingest would dead-letter it: say so now, not after a 202 and a wait that never ends
             return _error(409, taken)  # type: ignore[no-any-return]
-        for event in events:
-            await memory_added_topic.send(key=event["user_id"].encode(), value=orjson.dumps(event))
-        await app.producer.flush()
+        await deliver([(memory_added_topic, e["user_id"].encode(), orjson.dumps(e)) for e in events])
         accepted = [{"event_id": e["event_id"], "memory_id": e["memory_id"], "user_id": e["user_id"]} for e in events]
         return _json({"accepted": accepted}, status=202)  # type: ignore[no-any-return]
 
@@ -232,8 +231,7 @@ class MemoryView(View):
         event = await on_store_thread(memories.update_event, (await processor()).store, memory_id, user, body)
         if event is None:
             return _error(404, f"no memory {memory_id}")  # type: ignore[no-any-return]
-        await memory_added_topic.send(key=user.encode(), value=orjson.dumps(event))
-        await app.producer.flush()
+        await deliver([(memory_added_topic, user.encode(), orjson.dumps(event))])
         return _json({"accepted": {k: event[k] for k in ("event_id", "memory_id", "user_id")},  # type: ignore[no-any-return]
                       "replaces": memory_id}, status=202)
 
@@ -258,7 +256,6 @@ class MemoryView(View):
         if events is None:
             return _error(404, f"no memory {memory_id}")  # type: ignore[no-any-return]
         await publish(BatchResult(status_events=events))
-        await app.producer.flush()
         await on_store_thread(changes.sent, proc.store, events)
         return _json({"memory_id": memory_id, "status": "deleted", "hard": remove is not memories.delete_memory,  # type: ignore[no-any-return]
                       "decision_id": events[0]["decision_id"], "status_events": events})
@@ -305,7 +302,6 @@ class UndoView(View):
         except ValueError as exc:
             return _error(409, str(exc))  # type: ignore[no-any-return]
         await publish(BatchResult(status_events=events))
-        await app.producer.flush()
         await on_store_thread(changes.sent, proc.store, events)
         return _json({"decision_id": decision_id, "status_events": events})  # type: ignore[no-any-return]
 
@@ -330,7 +326,6 @@ async def _consolidation(command: str, args: dict[str, Any]) -> Response:
         return _error(404, str(exc.args[0]))  # type: ignore[no-any-return]
     await publish(BatchResult(status_events=events))
     if events:
-        await app.producer.flush()
         await on_store_thread(changes.sent, proc.store, events)
     return _json({**details, "status_events": len(events)})  # type: ignore[no-any-return]
 
@@ -371,7 +366,6 @@ class ConsolidationsView(View):
                 summary = await on_store_thread(runner.light, proc.store, user, bool(body.get("dry_run")))
             if events:  # the merges' status events out, then off the store's outbox
                 await publish(BatchResult(status_events=events))
-                await app.producer.flush()
                 await on_store_thread(changes.sent, proc.store, events)
             if not body.get("dry_run"):
                 runner.note_run(settings.store_dir, summary)

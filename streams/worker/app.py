@@ -117,9 +117,14 @@ async def publish(result: BatchResult) -> None:
     """Status events and dead letters of one batch, keyed by user so they keep per-user order, and delivered:
     the broker's answer to each is awaited, so a refused one raises here (the caller then commits nothing and
     marks nothing sent) instead of being a warning in the log while the input offset moves on."""
-    sent = [await status_topic.send(key=ev["user_id"].encode(), value=MemoryStatus(**ev))
-            for ev in result.status_events]
-    sent += [await dead_letter_topic.send(key=None, value=DeadLetter(**dl)) for dl in result.dead_letters]
+    await deliver([(status_topic, ev["user_id"].encode(), MemoryStatus(**ev)) for ev in result.status_events]
+                  + [(dead_letter_topic, None, DeadLetter(**dl)) for dl in result.dead_letters])
+
+
+async def deliver(records: list[tuple[Any, bytes | None, Any]]) -> None:
+    """Sends (topic, key, value) records in order and awaits the broker's answer to each: a refused record
+    raises, so nothing is marked sent nor acknowledged that the broker did not take."""
+    sent = [await topic.send(key=key, value=value) for topic, key, value in records]
     if sent:
         await app.producer.flush()
         for delivery in sent:

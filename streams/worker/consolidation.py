@@ -23,8 +23,9 @@ from dreamstream.schemas.events import InvalidEvent, decode, normalise_time, now
 from dreamstream.schemas.memory import parse_time
 from dreamstream.streams.core import changes
 from dreamstream.streams.core import consolidation as runner
+from dreamstream.streams.core.ingest import BatchResult
 from dreamstream.streams.worker import health, metrics
-from dreamstream.streams.worker.app import app, on_store_thread, processor, send_dead_letter, settings, status_topic
+from dreamstream.streams.worker.app import app, on_store_thread, processor, publish, send_dead_letter, settings
 from dreamstream.streams.worker.synthesis import owned_partitions
 from dreamstream.streams.worker.tables import settings_table
 
@@ -111,10 +112,8 @@ async def run_due(now: datetime) -> list[dict[str, Any]]:
                 runner.control, proc, "consolidate.run", {"user": entry["user"], "app": entry.get("app"),
                                                           "mode": "auto"}, retention(), settings.data_dir,
                 metrics.consolidation_run)
-            for ev in events:
-                await status_topic.send(key=ev["user_id"].encode(), value=ev)
             if events:
-                await app.producer.flush()
+                await publish(BatchResult(status_events=events))
                 await on_store_thread(changes.sent, proc.store, events)
             entry["last_run"] = {k: details.get(k) for k in ("line", "merged_pairs", "pruned", "skipped", "message")
                                  if k in details}

@@ -29,6 +29,7 @@ from dreamstream.schemas.errors import CommandFailed, StoreError
 from dreamstream.streams.core import changes, memories
 from dreamstream.streams.core import consolidation as cr
 from dreamstream.streams.core import synthesis as runner
+from dreamstream.streams.core.ingest import BatchResult
 from dreamstream.streams.core.undo import AlreadyUndone
 from dreamstream.streams.worker import health, metrics
 from dreamstream.streams.worker.app import (
@@ -38,7 +39,6 @@ from dreamstream.streams.worker.app import (
     publish,
     send_dead_letter,
     settings,
-    status_topic,
 )
 from dreamstream.streams.worker.consolidation import schedule_command
 from dreamstream.streams.worker.ingest import request_erase
@@ -151,12 +151,11 @@ async def undo(cmd: Command) -> dict[str, Any]:
 
 
 async def send_status(proc: Any, events: list[dict[str, Any]]) -> None:
-    """A writer's status events out, then off its outbox (a crash before that sends them at the next start)."""
+    """A writer's status events out, delivered, then off its outbox (a crash or a refusal before that sends
+    them at the next start)."""
     if not events:
         return
-    for ev in events:
-        await status_topic.send(key=ev["user_id"].encode(), value=ev)
-    await app.producer.flush()
+    await publish(BatchResult(status_events=events))
     await on_store_thread(changes.sent, proc.store, events)
 
 

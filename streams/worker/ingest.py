@@ -27,6 +27,7 @@ from dreamstream.streams.worker import health, metrics
 from dreamstream.streams.worker.app import (
     _runtime,
     app,
+    deliver,
     ingest_channel,
     memory_added_topic,
     on_store_thread,
@@ -232,10 +233,9 @@ async def request_erase(user: str, request: str | None, issued_by: str) -> dict[
     earlier is stored afterwards, and publishes the audit event. Waits up to DREAM_ERASE_WAIT_SECONDS on the worker
     holding the partition for the count; else says it is queued (the audit event names the request)."""
     request = request or uuid.uuid4().hex
-    await memory_added_topic.send(key=user.encode(), value=orjson.dumps({
+    await deliver([(memory_added_topic, user.encode(), orjson.dumps({
         "type": USER_ERASE, "event_id": f"erase-{request}", "user_id": user, "request": request,
-        "issued_by": issued_by, "created_at": now_iso()}))
-    await app.producer.flush()
+        "issued_by": issued_by, "created_at": now_iso()}))])
     await on_store_thread(runner.forget_plans, settings.data_dir, user)  # plans hold the user's texts
     deadline = asyncio.get_running_loop().time() + settings.erase_wait_seconds
     while request not in ERASED and asyncio.get_running_loop().time() < deadline:

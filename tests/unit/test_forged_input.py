@@ -100,3 +100,18 @@ def test_reads_never_strip_a_user_and_bound_the_cursor() -> None:
     cursor = base64.urlsafe_b64encode(orjson.dumps({"o": 2**63})).decode()
     with pytest.raises(ValueError, match="cursor"):
         memories._offset(cursor)
+
+
+def test_a_pattern_of_an_erased_user_is_dead_lettered_without_its_text(edge_store, embedder) -> None:
+    """A pattern written before its user's erasure and read after it (memory.patterns has no order with
+    memory.added): its dead letter must not bring the erased words back."""
+    proc = Processor(edge_store, embedder)
+    assert _process(proc, _event()) == []
+    erase = orjson.dumps({"type": "user.erase", "event_id": "erase-r", "user_id": "u-1", "request": "r"})
+    result = proc.process([Incoming(raw=erase, topic="t", partition=0, offset=1),
+                           Incoming(raw=_pattern(text="Ana keeps flying to Lisbon."), topic="p", partition=0,
+                                    offset=2)])
+    (dead,) = result.dead_letters
+    kept = base64.b64decode(dead["original_b64"]).decode() + (dead["original_preview"] or "")
+    assert dead["reason"] == "bad_field" and "Lisbon" not in kept and "withheld" in kept
+    assert orjson.loads(base64.b64decode(dead["original_b64"]))["sources"] == ["m-1"]

@@ -228,3 +228,24 @@ def test_a_redelivered_erase_deletes_the_rest_and_reports_the_first_count(tmp_pa
     other = Processor(store, embedder, erase_dir=erase_dir).process([erase("r2")])
     assert [e["evidence"]["deleted"] for e in other.status_events] == [0]
     store.close()
+
+
+def test_an_erase_after_the_users_decided_adds_in_one_batch_lets_the_batch_be_marked_sent(
+        tmp_path: Path, embedder: Any) -> None:
+    """The erase deletes memories whose status events the batch still holds: marking them sent used to fail
+    on the missing points, so the batch was read again, stored the erased texts again and failed again."""
+    import orjson
+
+    from tests.unit.test_crash_consistency import GOOD
+
+    store = EdgeStore(tmp_path / "s")
+    proc = Processor(store, embedder, keep_outbox=True, erase_dir=str(tmp_path / "erase"))
+    users = {orjson.loads(r)["user_id"] for r in GOOD[:12]}
+    erases = [Incoming(raw=orjson.dumps({"type": "user.erase", "event_id": f"erase-{u}", "user_id": u,
+                                         "request": u}), topic="memory.added", partition=0, offset=100 + n)
+              for n, u in enumerate(sorted(users))]
+    result = proc.process([Incoming(raw=r) for r in GOOD[:12]] + erases)
+    assert result.outbox_owners and sum(result.decisions.values()) > 0  # decisions were made, then erased
+    proc.mark_sent(result.outbox_owners)
+    assert store.count({}) == 0 and proc.unsent().status_events == []
+    store.close()
