@@ -1415,6 +1415,13 @@ def _overlap(a: set[str], b: set[str]) -> float:
     return len(a & b) / min(len(a), len(b)) if a and b else 0.0
 
 
+def not_declined(themes: Sequence[Theme], existing_patterns: Sequence[Memory]) -> list[Theme]:
+    """The themes a person has not declined: one that shares at least half its evidence with a pattern the
+    person deleted is that pattern again (under its id or a new one), and no run brings it back."""
+    declined = [set(p.sources) for p in existing_patterns if p.kind == "pattern" and p.status == "deleted"]
+    return [t for t in themes if not any(_overlap(set(t.memory_ids), d) >= MATCH_OVERLAP for d in declined)]
+
+
 def match_existing(themes: Sequence[Theme], existing_patterns: Sequence[Memory]) -> list[Theme]:
     """Reuse the id of an existing pattern that shares at least half its evidence with a theme.
 

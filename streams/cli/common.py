@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import re
 import sys
 from collections.abc import Callable, Coroutine, Iterator
@@ -180,3 +181,8 @@ def print_table(header: list[str], rows: list[Any]) -> None:
     click.echo("  ".join(h.upper().ljust(w) for h, w in zip(header, widths, strict=True)).rstrip())
     for r in cells:
         click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+
+
+def quiet_kafka() -> None:
+    """The Kafka client's own log lines (a broker not there, a retry) stay out of a command's one-line answer."""
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)

@@ -30,6 +30,7 @@ from dreamstream.streams.cli.common import (
     open_configured_store,
     print_table,
     progress_bar,
+    quiet_kafka,
     run_async,
     settings,
     store_option,
@@ -112,6 +113,7 @@ async def publish_events(events: list[dict[str, Any]], store_dir: str | None) ->
 
     if not events:
         return ""
+    quiet_kafka()
     producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, acks="all", request_timeout_ms=5000,
                                 **settings.kafka.aiokafka_kwargs())
     try:
@@ -250,7 +252,8 @@ async def consolidate(user: str | None, app_id: str | None, auto: bool, dry_run:
                 plan, found = runner.make_plan(store, user, app_id, policies, progress=bar.update)
         else:
             plan, found = runner.make_plan(store, user, app_id, policies)
-        if not found or plan.empty:
+        # An empty auto pass still runs when a reminder says conflicts wait: none do now, so it goes.
+        if not found or (plan.empty and not (auto and not dry_run and runner.current_reminders(store, plan))):
             message = cons.no_memories(plan.project) if not found else cons.NOTHING
             click.echo(json.dumps({"project": plan.project, "found": found, "message": message}) if as_json
                        else message)
@@ -291,8 +294,9 @@ async def consolidate(user: str | None, app_id: str | None, auto: bool, dry_run:
             note_stage(applying)
             click.echo(started, err=True)
             chosen, choices = cons.answer_plan(plan, answers)
+            # reminder: the scope's reminder says how many conflicts still wait (none answered by hand: it goes)
             outcome, events = runner.apply_plan(store, shared_embedder(), chosen, choices, hard_delete=hard_delete,
-                                                pass_id=pass_id)
+                                                reminder=True, pass_id=pass_id)
             click.echo(cons.render_summary(outcome))
         notes = []
         if hard_delete and outcome.pruned:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import getpass
-import logging
 import sys
 from typing import Any
 
@@ -25,7 +24,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import KafkaConnectionError
 
 from dreamstream.schemas.control import COMMANDS, command
-from dreamstream.streams.cli.common import run_async, settings, worker_url
+from dreamstream.streams.cli.common import quiet_kafka, run_async, settings, worker_url
 
 DESTRUCTIVE = {"erase": "erase deletes every memory of user {user} for good"}
 """Commands that cannot be undone: confirmed at a terminal, or with --yes."""
@@ -47,7 +46,7 @@ def parse_args(pairs: tuple[str, ...]) -> dict[str, Any]:
 async def send_and_wait(body: dict[str, Any], timeout: float) -> dict[str, Any] | None:
     """Produces one command and waits for its reply (None when none came within `timeout`). The Kafka
     client's logging (a topic not there yet, a retry) stays out of the command's one-line answer."""
-    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    quiet_kafka()
     producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, acks="all",
                                 **settings.kafka.aiokafka_kwargs())
     try:

@@ -228,7 +228,7 @@ def prepare_pass(
             event(m, m.status, "expired", None, "consolidate_prune", extra)
             m.status = "expired"
         outcome.pruned += 1
-    current = _reminders(store, plan) if reminder else []
+    current = current_reminders(store, plan) if reminder else []
     if reminder and not any(m.metadata.get("conflicts") == outcome.skipped for m in current):
         # One current reminder per scope, saying how many conflicts wait now (none: the old ones go).
         if outcome.skipped:
@@ -280,7 +280,7 @@ def _pointed_at(store: MemoryStore, user_id: str) -> set[str]:
     return out
 
 
-def _reminders(store: MemoryStore, plan: cons.Plan) -> list[Memory]:
+def current_reminders(store: MemoryStore, plan: cons.Plan) -> list[Memory]:
     """The scope's current reminders: a scheduled pass over an unchanged store must change nothing (it
     added one reminder a run, and later passes merged the copies)."""
     return [m for m in store.scroll({"user_id": plan.user_id, "status": "active"})

@@ -124,9 +124,15 @@ def update_event(store: MemoryStore, memory_id: str, user: str, body: Any) -> di
                       **{k: getattr(got, k) for k in ("app_id", "agent_id", "run_id", "project_id")}})
 
 
+def _links(memory: Memory) -> dict[str, Any]:
+    """Its status and links as a decision's before-state (lists copied)."""
+    return {k: (list(v) if isinstance(v := getattr(memory, k), list) else v) for k in LINK_FIELDS}
+
+
 def delete_memory(store: MemoryStore, memory_id: str, user: str) -> list[dict[str, Any]] | None:
     """A soft delete: status `deleted` (hidden from every read mode, kept with its links), one decision
-    that `undo` reverts, written crash-safe (core/changes.py). Returns its status events, unsent until
+    that `undo` reverts, written crash-safe (core/changes.py). The active patterns drawn from it are
+    retired with it (`expired`): their text may quote it. Returns its status events, unsent until
     the caller publishes them (then `changes.sent`); None for an unknown id or another user's.
     ValueError when it is deleted already."""
     got = store.retrieve([memory_id]).get(memory_id)
@@ -136,11 +142,18 @@ def delete_memory(store: MemoryStore, memory_id: str, user: str) -> list[dict[st
         raise ValueError(f"memory {memory_id} is deleted already")
     stamp = now_iso()
     did = "del-" + uuid.uuid4().hex[:16]
-    before = {k: (list(v) if isinstance(v := getattr(got, k), list) else v) for k in LINK_FIELDS}
+    before: dict[str, dict[str, Any]] = {memory_id: _links(got)}
     record = {"decision_id": did, "action": "delete", "new_id": None, "targets": [memory_id], "at": stamp,
-              "evidence": {"by": "api"}, "before": {memory_id: before}}
+              "evidence": {"by": "api"}, "before": before}
     change = changes.Change(change_id=did, holder=memory_id, events=[status_event(
         did, memory_id, user, got.status, "deleted", None, "delete", {"by": "api"})])
+    # A pattern drawn from it may quote it: retired with it (expired, kept), and back with its undo.
+    for pattern in store.scroll({"sources": memory_id, "user_id": user, "kind": "pattern", "status": "active"}):
+        before[pattern.memory_id] = _links(pattern)
+        change.events.append(status_event(did, pattern.memory_id, user, "active", "expired", memory_id, "delete",
+                                          {"by": "api", "source_deleted": memory_id}))
+        change.set(pattern.memory_id, {"status": "expired", "updated_at": stamp,
+                                       "decision_ids": [*pattern.decision_ids, did]})
     change.set(memory_id, {"status": "deleted", "updated_at": stamp, "decision_ids": [*got.decision_ids, did],
                            "decisions": [*got.decisions, record]})
     changes.apply(store, change)

@@ -19,7 +19,7 @@ import hashlib
 import json
 import os
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -244,11 +244,22 @@ def run_memories(
         digest = syn.reading_digest(evidence, str(getattr(read_themes, "reading_id", "")))
     last = state.users.get(user_id) or {}
     stored = {p.memory_id for p in patterns if p.user_id == user_id}
-    eligible_ids = {m.memory_id for m in evidence}
+    # What a pattern may stand on: the eligible evidence, and the current facts of projects whose synthesis
+    # is off now (disabling is reversible and touches no memory: their patterns are not this run's to retire).
+    standing = {m.memory_id for m in evidence} | {
+        m.memory_id for m in facts if m.status == "active" and state.project(m.project_id) is None}
+    status_of = {m.memory_id: m.status for m in facts}
+
+    def outdated(p: Memory) -> bool:
+        """It quotes a fact that is no longer current (deleted, replaced, expired, gone): it would state it."""
+        return any(status_of.get(s) in (None, "deleted", "superseded", "expired") for s in p.sources)
+
+    ours = [p for p in patterns
+            if p.status == "active" and p.user_id == user_id and p.metadata.get("source") == SOURCE]
     # A pattern whose evidence has gone below a theme's worth (deleted, superseded, older than the lines a
-    # reader is shown) must still be retired: that is no reading's to skip.
-    stale = any(p.status == "active" and p.user_id == user_id and p.metadata.get("source") == SOURCE
-                and len(eligible_ids & set(p.sources)) < syn.MIN_THEME_SIZE for p in patterns)
+    # reader is shown), or that quotes a fact no longer current, must still be retired: that is no reading's
+    # to skip.
+    stale = any(len(standing & set(p.sources)) < syn.MIN_THEME_SIZE or outdated(p) for p in ours)
     if digest is not None and last.get("read_digest") == digest and not stale \
             and set(last.get("read_patterns") or ()) <= stored:
         # The same reader read exactly this last time (in this process or another) and its patterns are all
@@ -263,15 +274,19 @@ def run_memories(
         record.themes_by, record.theme_fallback = ("llm", False) if found_themes is not None else ("offline", True)
     if found_themes is None:
         found_themes = syn.find_themes(evidence, embed) if evidence else []
-    themes = syn.match_existing(found_themes, patterns)
+    own_patterns = [p for p in patterns if p.user_id == user_id]
+    themes = syn.match_existing(syn.not_declined(found_themes, own_patterns), patterns)
     existing = {p.memory_id: p for p in patterns}
     read_before = {p.memory_id for p in patterns if p.metadata.get("text_by") == "llm"}
     if record.theme_fallback:
         # The reader's patterns wait for the reader: the offline grouping neither rewrites nor retires them.
         themes = [t for t in themes if t.pattern_id not in read_before]
+    project_of = {m.memory_id: m.project_id for m in evidence}
     for theme in themes:
-        record.pattern_ids.append(theme.pattern_id)
         old = existing.get(theme.pattern_id)
+        if old is not None and old.status == "deleted":
+            continue  # a person deleted it (its topic's id, other evidence): no run brings it back
+        record.pattern_ids.append(theme.pattern_id)
         if old is not None and old.status == "active" and sorted(old.sources) == sorted(theme.memory_ids) \
                 and (old.text == theme.text or old.metadata.get("text_by", "offline") != "offline"):
             record.patterns_unchanged += 1  # same evidence: a written sentence is not asked for again
@@ -289,12 +304,14 @@ def run_memories(
             record.patterns_written += 1
         else:
             record.patterns_updated += 1
-        record.events.append(pattern_event(theme, now, project_id, text_by))
+        members = Counter(project_of.get(mid) for mid in theme.memory_ids)
+        theme_project = max(members, key=lambda p: (members[p], p == project_id, p or ""), default=project_id)
+        record.events.append(pattern_event(theme, now, theme_project, text_by))  # its own sources' project
     found = set(record.pattern_ids)
-    standing = {m.memory_id for m in evidence}
     # Additive offline: a pattern this run did not reproduce stays while its evidence stands (clustering
     # may simply have drawn the lines elsewhere this time); it is retired once fewer than a theme's worth
-    # of its sources are still eligible (superseded, merged, or the boundary moved past them). A reader's
+    # of its sources are still eligible (superseded, merged, or the boundary moved past them), or once one
+    # of the facts it quotes is no longer current (deleted, replaced): it would state that fact as current. A reader's
     # answer is the person's themes as of now: what it no longer names is retired (expired, kept, and back
     # with its id when a later reading names it again). Kept as well, its patterns piled up run after run.
     # An empty reading retires nothing: a reader that suddenly sees no theme at all is more likely wrong
@@ -304,12 +321,12 @@ def run_memories(
     reread = record.themes_by == "llm" and bool(found_themes)
     shown = {m.memory_id for m in syn.shown_to_reader(evidence)} if reread else set()
     record.retired = sorted(
-        p.memory_id for p in patterns
-        if p.memory_id not in found and p.status == "active" and p.user_id == user_id
-        and p.metadata.get("source") == SOURCE
-        and not (record.theme_fallback and p.memory_id in read_before)
-        and ((reread and len(shown & set(p.sources)) >= syn.MIN_THEME_SIZE)
-             or len(standing & set(p.sources)) < syn.MIN_THEME_SIZE))
+        p.memory_id for p in ours
+        if p.memory_id not in found
+        and (outdated(p)
+             or (not (record.theme_fallback and p.memory_id in read_before)
+                 and ((reread and len(shown & set(p.sources)) >= syn.MIN_THEME_SIZE)
+                      or len(standing & set(p.sources)) < syn.MIN_THEME_SIZE))))
     record.patterns_retired = len(record.retired)
     record.ran = True
     record.memories_considered = len(evidence)

@@ -50,9 +50,11 @@ def plan_undo(store: MemoryStore, decision_id: str, by: str | None = None) -> ch
     elif action == "delete":  # a soft delete (streams/core/memories.py): its before-state comes back
         for mid, fields in record.get("before", {}).items():
             m = store.retrieve([mid]).get(mid)
-            if m is not None and m.status == "deleted" and m.user_id == owner.user_id:
+            # the deleted memory, and the patterns retired with it (expired; a later run may have moved them on)
+            if m is not None and m.user_id == owner.user_id and (
+                    m.status == "deleted" or (m.kind == "pattern" and m.status == "expired")):
                 restored = own_links(store, fields, owner.user_id)
-                change.events.append(status_event(decision_id, mid, m.user_id, "deleted", restored["status"], None,
+                change.events.append(status_event(decision_id, mid, m.user_id, m.status, restored["status"], None,
                                                   "undo", evidence, undo=True))
                 change.set(mid, {**restored, "updated_at": stamp})
     else:

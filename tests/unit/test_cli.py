@@ -280,3 +280,35 @@ def test_values_that_mean_nothing_are_refused_before_anything_is_written(tmp_pat
     assert empty.returncode == 2 and "TEXT is empty" in empty.stderr
     nowhere = dream("export", "--store", str(tmp_path / "s"), "--out", str(tmp_path / "no" / "x.jsonl"))
     assert nowhere.returncode == 2 and "no folder" in nowhere.stderr
+
+
+def test_a_reminder_of_conflicts_goes_once_none_waits(tmp_path: Path, embedder: Any) -> None:
+    """`--auto` over a store with nothing to do returned before the pass that expires an old reminder, and an
+    interactive pass that answered the conflict did not expire it: "1 contradiction needs review" stayed a
+    current memory (and synthesis evidence) with nothing left to review."""
+    import orjson
+
+    from dreamstream.streams.store import EdgeStore
+
+    store = EdgeStore(tmp_path / "store")
+    evs = [{"type": "memory.added", "event_id": f"e{i}", "memory_id": f"c-{i}", "user_id": "cy", "text": text,
+            "created_at": f"2025-0{i}-10T10:00:00Z", "metadata": {"type": "project_decision", "confidence": c}}
+           for i, (text, c) in enumerate([("Cy's team deploys on Fridays.", 0.6), ("Cy's office is in Porto.", 0.9)],
+                                         start=1)]
+    Processor(store, embedder).process([Incoming(raw=orjson.dumps(e)) for e in evs])
+    store.update("c-2", {"conflicts": [{"decision_id": "d-review-1", "with": ["c-1"], "review": "supersede",
+                                        "evidence": {}}]})  # what ingest keeps when its judge abstains
+    store.close()
+    at = ("--user", "cy", "--store", str(tmp_path / "store"))
+
+    def reminders() -> list[str]:
+        shown = dream("get", *at, "--latest-only", "--json")
+        rows = [orjson.loads(line) for line in shown.stdout.splitlines() if line.strip()]
+        return [r["memory_id"] for r in rows if r["memory_id"].startswith("dream-reminder")]
+
+    assert dream("consolidate", *at, "--auto").returncode == 0 and len(reminders()) == 1
+    answered = subprocess.run([DREAM, "consolidate", *at], input="a\ny\n", capture_output=True, text=True,
+                              timeout=300, env=ENV)
+    assert answered.returncode == 0 and "1 contradictions resolved" in answered.stdout
+    assert reminders() == []
+    assert dream("consolidate", *at, "--auto").returncode == 0 and reminders() == []

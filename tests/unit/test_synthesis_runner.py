@@ -213,3 +213,76 @@ def test_a_deleted_source_takes_its_words_out_of_patterns(edge_store: Any, embed
     result = Processor(edge_store, embedder).process([Incoming(raw=orjson.dumps(event))])
     assert [d["reason"] for d in result.dead_letters] == ["bad_field"]
     assert edge_store.retrieve([rewritten.memory_id])[rewritten.memory_id].text == rewritten.text
+
+
+def test_a_soft_deleted_source_retires_the_patterns_quoting_it_until_undone(
+        edge_store: Any, embedder: Any, tmp_path: Path) -> None:
+    """Soft delete hides a memory from every read: a pattern quoting it stayed in default reads, run after
+    run, while enough of its other sources stood. Now it is retired with the delete and back with its undo."""
+    from dreamstream.streams.core import memories
+    from dreamstream.streams.core.undo import undo_decision
+
+    ingest(Processor(edge_store, embedder), events("u1"))
+    state = runner.SynthesisState.load(tmp_path / "state.json")
+    runner.enable(state, None, T0)
+    run(edge_store, embedder, state)
+    [pattern] = patterns(edge_store)
+    source = next(s for s in pattern.sources if edge_store.retrieve([s])[s].text.split()[0] in pattern.text)
+    events_out = memories.delete_memory(edge_store, source, "u1") or []
+    assert [(e["memory_id"], e["to_status"]) for e in events_out] == [(source, "deleted"),
+                                                                      (pattern.memory_id, "expired")]
+    assert not patterns(edge_store)
+    assert pattern.memory_id not in {r["memory_id"] for r in reads.get(edge_store, "u1")}
+    undo_decision(edge_store, events_out[0]["decision_id"])
+    assert [p.memory_id for p in patterns(edge_store)] == [pattern.memory_id]
+    assert edge_store.retrieve([source])[source].status == "active"
+
+
+def test_a_run_retires_a_pattern_quoting_replaced_facts(edge_store: Any, embedder: Any, tmp_path: Path) -> None:
+    """A pattern that a run does not reproduce stayed while a theme's worth of its sources stood, stating the
+    replaced ones as current."""
+    ingest(Processor(edge_store, embedder), events("u1"))
+    state = runner.SynthesisState.load(tmp_path / "state.json")
+    runner.enable(state, None, T0)
+    run(edge_store, embedder, state)
+    [pattern] = patterns(edge_store)
+    replaced = pattern.sources[:3]
+    edge_store.update_many(replaced, {"status": "superseded"})  # the user's updates replaced them
+    again = run(edge_store, embedder, state, now="2025-04-10T00:00:00Z", force=True)
+    assert pattern.memory_id in again.retired or pattern.memory_id in again.pattern_ids
+    assert not any(set(replaced) & set(p.sources) for p in patterns(edge_store))
+
+
+def test_a_pattern_the_user_deleted_never_comes_back(edge_store: Any, embedder: Any, tmp_path: Path) -> None:
+    """It came back as `updated` on the next run (or under a new id, its evidence unchanged)."""
+    from dreamstream.streams.core import memories
+
+    ingest(Processor(edge_store, embedder), events("u1"))
+    state = runner.SynthesisState.load(tmp_path / "state.json")
+    runner.enable(state, None, T0)
+    run(edge_store, embedder, state)
+    [pattern] = patterns(edge_store)
+    assert memories.delete_memory(edge_store, pattern.memory_id, "u1")
+    later = run(edge_store, embedder, state, now="2025-04-20T00:00:00Z", force=True)
+    assert later.ran and not later.events and not patterns(edge_store)
+    assert edge_store.retrieve([pattern.memory_id])[pattern.memory_id].status == "deleted"
+
+
+def test_disabling_one_project_leaves_its_patterns_and_a_pattern_carries_its_sources_project(
+        edge_store: Any, embedder: Any, tmp_path: Path) -> None:
+    fitness = [{**e, "project_id": "fitness" if e["text"] in FITNESS else "notes"} for e in events("u1")]
+    notes = [{**e, "event_id": f"{e['event_id']}-n", "memory_id": f"{e['memory_id']}-n", "project_id": "notes",
+              "created_at": e["created_at"].replace("2025-03", "2025-02")}
+             for e in events("u1", texts=list(FILLER))]
+    ingest(Processor(edge_store, embedder), fitness + notes)
+    state = runner.SynthesisState.load(tmp_path / "state.json")
+    runner.enable(state, "fitness", "2025-01-01T00:00:00Z")
+    runner.enable(state, "notes", "2025-01-01T00:00:00Z")
+    run(edge_store, embedder, state)
+    mine = [p for p in patterns(edge_store) if set(p.sources) <= {e["memory_id"] for e in fitness
+                                                                   if e["project_id"] == "fitness"}]
+    assert mine and all(p.project_id == "fitness" for p in mine)  # not the user's biggest project
+    runner.disable(state, "fitness")
+    later = run(edge_store, embedder, state, now="2025-04-10T00:00:00Z", force=True)
+    assert not set(later.retired) & {p.memory_id for p in mine}
+    assert {p.memory_id for p in mine} <= {p.memory_id for p in patterns(edge_store)}
