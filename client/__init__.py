@@ -18,6 +18,7 @@ to DREAM_API_TOKEN.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 from collections.abc import Mapping
@@ -86,8 +87,9 @@ class Accepted:
                 parts.append(phrase.get(action, action + " {}").format(others))
             else:
                 parts.append(action)
-        if self.memory.review:
-            parts.append(f"review with {', '.join(self.memory.review.get('with') or [])}")
+        if self.memory.review:  # {"with": {"memory_id", "text"}}: the other memory of the pair
+            other = self.memory.review.get("with") or {}
+            parts.append(f"review with {other.get('memory_id') if isinstance(other, dict) else other}")
         return "; ".join(dict.fromkeys(parts)) or "stored"
 
 
@@ -140,7 +142,8 @@ def _read_params(user_id: str, query: str | None, latest_only: bool, include_mer
     params: dict[str, str] = {"user": user_id}
     if threshold is not None:
         params["threshold"] = str(threshold)
-    params.update({f"metadata.{k}": str(v) for k, v in (metadata or {}).items()})
+    # as JSON, as the API reads a filter's value: False is `false`, None `null`, and the text "1" stays text
+    params.update({f"metadata.{k}": json.dumps(v) for k, v in (metadata or {}).items()})
     if query:
         params["q"] = query
     if latest_only:

@@ -148,6 +148,15 @@ def require_store(store_dir: str | None) -> None:
                                    "DREAM_STORE or QDRANT_URL, or fill one with `dream replay`)")
 
 
+_BREAKS = re.compile(r"[\r\n\v\f\x85\u2028\u2029]+")
+
+
+def one_line(text: str) -> str:
+    """A text on one line (its breaks shown as ⏎): a memory's own line breaks must not print rows that look
+    like the listing's own (a made-up `[current ]` row under someone's memory)."""
+    return _BREAKS.sub(" ⏎ ", text.replace("\t", " "))
+
+
 def print_rows(rows: list[dict[str, Any]], as_json: bool) -> None:
     if as_json:
         for r in rows:
@@ -167,16 +176,16 @@ def print_rows(rows: list[dict[str, Any]], as_json: bool) -> None:
         elif r.get("sources"):
             link = f"  <- from {len(r['sources'])} memories"
         score = f" {r['score']:.3f}" if "score" in r else ""
-        click.echo(f"[{r['label']:<8}]{score} {r['memory_id']}  {r['created_at'][:10]}  {r['text']}{link}")
+        click.echo(f"[{r['label']:<8}]{score} {r['memory_id']}  {r['created_at'][:10]}  {one_line(r['text'])}{link}")
         if r.get("review"):
             from dreamstream.streams.core.reads import review_note
 
-            click.echo(f"           ? {review_note(r['review'])}")
+            click.echo(f"           ? {one_line(review_note(r['review']))}")
 
 
 def print_table(header: list[str], rows: list[Any]) -> None:
     """Columns aligned for people (the --json of each command is for machines); long cells cut at 60."""
-    cells = [[str(c) if len(str(c)) <= 60 else str(c)[:59] + "…" for c in row] for row in rows]
+    cells = [[c if len(c) <= 60 else c[:59] + "…" for c in (one_line(str(x)) for x in row)] for row in rows]
     widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(header)]
     click.echo("  ".join(h.upper().ljust(w) for h, w in zip(header, widths, strict=True)).rstrip())
     for r in cells:

@@ -27,6 +27,7 @@ import orjson
 from dreamstream.streams.cli.common import (
     api_client,
     api_errors,
+    one_line,
     open_configured_store,
     print_table,
     progress_bar,
@@ -480,7 +481,7 @@ def provenance(memory_id: str, store_dir: str | None, api_url: str | None, user:
         click.echo(json.dumps(out, indent=2, sort_keys=True, default=str))
         return
     m = out["memory"]
-    click.echo(f"{m['memory_id']}  [{m['status']}]  {m['created_at'][:10]}  {m['text']}")
+    click.echo(f"{m['memory_id']}  [{m['status']}]  {m['created_at'][:10]}  {one_line(m['text'])}")
     rows = []
     for relation in ("superseded_by", "merged_into"):
         if out[relation]:

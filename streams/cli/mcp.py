@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import socket
 from typing import Any
 
 import click
@@ -153,8 +154,22 @@ def mcp(url: str | None, token: str | None, transport: str, host: str, port: int
             f"{host} is reachable from other machines, and this transport has no authentication of its own: "
             "every caller would act with the API's token, for any user. Listen on 127.0.0.1 (or ::1) and put an "
             "authenticating proxy in front of it for agents elsewhere", param_hint="--host")
+    host = host.strip().strip("[]")  # "[::1]" is how a URL writes the address, not how one listens on it
     server = build(url or f"http://{settings.http_host}:{settings.http_port}", token or settings.api_token)
     if transport == "stdio":
         server.run("stdio")
-    else:
-        server.run("streamable-http", host=host, port=port)
+        return
+    free_port(host, port)
+    server.run("streamable-http", host=host, port=port)
+
+
+def free_port(host: str, port: int) -> None:
+    """A one-line error for an address that cannot be listened on (taken, or not this machine's), before the
+    HTTP server starts: its own failure is a log of several lines and exit status 3."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise click.ClickException(f"cannot listen on {host} port {port}: {exc.strerror or exc}") from None

@@ -25,6 +25,7 @@ from typing import Any
 
 import orjson
 
+from dreamstream.schemas.events import now_iso
 from dreamstream.schemas.memory import Memory
 from dreamstream.streams import faults
 from dreamstream.streams.store import MemoryStore
@@ -79,7 +80,7 @@ def apply(store: MemoryStore, change: Change) -> None:
         if current is None:
             raise KeyError(f"no memory {change.holder}")
         store.update(change.holder, {**TOMBSTONE, "pending": pending, "outbox": [*current.outbox, *change.events],
-                                     "outbox_state": "unsent"})
+                                     "outbox_state": "unsent", "updated_at": now_iso()})
         faults.point("stored")
         roll_forward(store, change.holder, pending)
         return
@@ -90,13 +91,16 @@ def apply(store: MemoryStore, change: Change) -> None:
             setattr(holder, k, v)
         holder.pending = pending
         holder.outbox = [*holder.outbox, *change.events]
+        holder.updated_at = now_iso()
         store.upsert(change.creates)
         faults.point("stored")
     else:
         current = store.retrieve([change.holder]).get(change.holder)
         if current is None:
             raise KeyError(f"no memory {change.holder}")
-        fields = {**change.updates.get(change.holder, {}), "pending": pending}
+        # Stamped now: `recover` on a shared store tells a young intent (its writer's) by this time, and a
+        # holder last changed months ago (a full pass's kept memory) must not look abandoned at once.
+        fields = {**change.updates.get(change.holder, {}), "pending": pending, "updated_at": now_iso()}
         if change.events:
             fields["outbox"] = [*current.outbox, *change.events]
         if change.events or pending:  # `recover` looks among the unsent: an intent without events too

@@ -76,18 +76,26 @@ def new_events(body: Any) -> list[dict[str, Any]]:
 
 def taken(store: MemoryStore, events: list[dict[str, Any]]) -> str | None:
     """Why ingest would refuse one of these events for what the store holds (a memory id or an event id
-    already used for other content), or None: said at once, not dead-lettered after a 202."""
-    ids = [e["memory_id"] for e in events]
-    stored = store.retrieve(ids)
+    already used for other content, an update of a memory the user does not have), or None: said at once,
+    not dead-lettered after a 202."""
+    parsed = [parse_memory_event(e) for e in events]
+    replaced = [p.replaces for p in parsed if p.replaces]
+    stored = store.retrieve([e["memory_id"] for e in events] + replaced)
     by_event = {m.event_id: m for m in store.scroll({"event_id": [e["event_id"] for e in events]}) if m.event_id}
-    for e in events:
-        content = (e["memory_id"], e["user_id"], parse_memory_event(e).text)
+    earlier: set[str] = set()
+    for e, p in zip(events, parsed, strict=True):
+        content = (e["memory_id"], e["user_id"], p.text)
         m = stored.get(e["memory_id"])
         if m is not None and (m.user_id, m.text) != content[1:]:
             return f"memory_id_conflict: {e['memory_id']} already stored as another memory"
         m = by_event.get(e["event_id"])
         if m is not None and (m.memory_id, m.user_id, m.text) != content:
             return f"duplicate_event_id: event_id {e['event_id']} was already used for other content"
+        target = stored.get(p.replaces) if p.replaces else None
+        if p.replaces and p.replaces not in earlier and (
+                target is None or target.user_id != p.user_id or target.status == "deleted"):
+            return f"bad_field: replaces {p.replaces}: no memory of user {p.user_id} to replace"
+        earlier.add(e["memory_id"])
     return None
 
 

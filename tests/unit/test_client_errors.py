@@ -67,3 +67,25 @@ def test_an_answer_that_is_not_the_apis_is_a_dream_error() -> None:
                 assert exc.value.status == expected and len(str(exc.value).splitlines()) == 1
     finally:
         server.shutdown()
+
+
+def test_what_was_decided_names_the_other_memory_of_a_review() -> None:
+    """`review["with"]` is the other memory ({"memory_id", "text"}): joined as a list, it printed its keys."""
+    from dreamstream.client import Accepted, Memory
+
+    row = {"memory_id": "m-2", "user_id": "gus", "text": "Gus is not vegetarian.", "status": "active",
+           "created_at": "2026-03-01T10:00:00Z",
+           "review": {"proposal": "supersede", "side": "newer",
+                      "with": {"memory_id": "m-1", "text": "Gus is vegetarian."}}}
+    decided = Accepted("e-2", "m-2", "gus", Memory.from_row(row),
+                       [{"action": "review", "targets": ["m-1"]}]).decided
+    assert decided == "review with m-1"
+
+
+def test_metadata_filters_are_sent_as_json() -> None:
+    from dreamstream.client import _read_params
+
+    params = _read_params("bo", None, False, False, None, None, {},
+                          metadata={"pinned": False, "agent": None, "code": "1", "team": "infra"})
+    assert {k: v for k, v in params.items() if k.startswith("metadata.")} == {
+        "metadata.pinned": "false", "metadata.agent": "null", "metadata.code": '"1"', "metadata.team": '"infra"'}

@@ -249,3 +249,25 @@ def test_an_erase_after_the_users_decided_adds_in_one_batch_lets_the_batch_be_ma
     proc.mark_sent(result.outbox_owners)
     assert store.count({}) == 0 and proc.unsent().status_events == []
     store.close()
+
+
+def test_an_intent_on_a_long_unchanged_holder_is_young_to_a_recovering_worker(tmp_path: Path, embedder: Any) -> None:
+    """On a shared store, `recover` leaves intents younger than its grace period to their writer. It dated an
+    intent by its holder's last change, so a full pass keeping a memory untouched for months had its
+    intent finished by a starting worker while the pass was still writing it."""
+    from dreamstream.schemas.events import status_event
+
+    store = fresh(tmp_path, "s", embedder)
+    kept, gone = sorted(store.scroll({"user_id": "u1"}), key=lambda m: m.memory_id)[:2]
+    store.update(kept.memory_id, {"updated_at": "2025-01-01T00:00:00Z"})  # last changed long ago
+    change = changes.Change(change_id="c-1", holder=kept.memory_id, events=[status_event(
+        "c-1", gone.memory_id, "u1", "active", "merged", kept.memory_id, "consolidate_merge", {})])
+    change.set(gone.memory_id, {"status": "merged", "merged_into": kept.memory_id})
+    change.set(kept.memory_id, {"merged_from": [gone.memory_id]})
+    with pytest.raises(Crash):  # the writer, right after writing its intent: still at work, not crashed
+        changes.apply(CrashAfter(store, 1), change)
+    assert changes.recover(store, grace_seconds=120) == []  # another worker starting now leaves it alone
+    assert store.retrieve([gone.memory_id])[gone.memory_id].status == "active"
+    assert [e["memory_id"] for e in changes.recover(store)] == [gone.memory_id]  # its own writer finishes it
+    assert store.retrieve([gone.memory_id])[gone.memory_id].status == "merged"
+    store.close()

@@ -51,3 +51,18 @@ def test_the_store_check_reads_ids_as_ingest_does(edge_store: Any, embedder: Any
     assert str(memories.taken(edge_store, [other])).startswith("duplicate_event_id")
     clash = memories.new_event({"user_id": "al", "memory_id": "m-1", "text": "Al likes tea."})
     assert str(memories.taken(edge_store, [clash])).startswith("memory_id_conflict")
+
+
+def test_an_update_of_a_memory_the_user_lacks_is_refused_when_asked(edge_store: Any, embedder: Any) -> None:
+    """`replaces` naming another user's memory (or none) was accepted with a 202, then dead-lettered by ingest:
+    the caller's memory was never stored and a wait for it timed out."""
+    bo = memories.new_event({"user_id": "bo", "memory_id": "m-1", "text": "Bo likes tea."})
+    Processor(edge_store, embedder).process([Incoming(raw=orjson.dumps(bo))])
+    for replaces in ("m-1", "m-404"):
+        al = memories.new_event({"user_id": "al", "text": "Al likes coffee.", "replaces": replaces})
+        assert str(memories.taken(edge_store, [al])).startswith(f"bad_field: replaces {replaces}")
+    own = memories.new_event({"user_id": "bo", "text": "Bo likes coffee now.", "replaces": "m-1"})
+    assert memories.taken(edge_store, [own]) is None
+    first = memories.new_event({"user_id": "al", "memory_id": "m-a", "text": "Al likes tea."})
+    then = memories.new_event({"user_id": "al", "text": "Al likes coffee now.", "replaces": "m-a"})
+    assert memories.taken(edge_store, [first, then]) is None  # the one it replaces comes just before it
