@@ -15,6 +15,7 @@ word features stored with each memory, so judging embeds nothing.
 
 from __future__ import annotations
 
+import difflib
 import re
 import unicodedata
 from collections.abc import Callable, Sequence
@@ -364,6 +365,9 @@ def gate(verdict: Verdict, new: Memory, old: Memory, session_veto: bool = True) 
         if opposite:
             return Verdict(verdict.candidate_id, "review_same", verdict.confidence,
                            f"gate_{opposite}:{verdict.rule}", verdict.scores, verdict.new_fuller)
+        if _substituted(new.text, old.text):
+            return Verdict(verdict.candidate_id, "review_same", verdict.confidence,
+                           f"gate_substitution:{verdict.rule}", verdict.scores, verdict.new_fuller)
         kept, hidden = (new, old) if verdict.new_fuller or (
             verdict.new_fuller is None and _more_complete(new, old)) else (old, new)
         if _says_more(hidden.text, kept.text):  # the fuller one is canonical: never hide what says more
@@ -380,6 +384,25 @@ def gate(verdict: Verdict, new: Memory, old: Memory, session_veto: bool = True) 
         return Verdict(verdict.candidate_id, "review_replaces", verdict.confidence,
                        f"gate_session:{verdict.rule}", verdict.scores)
     return verdict
+
+
+def _substituted(a: str, b: str) -> bool:
+    """One sentence with one word put in another's place, the rest word for word: "prefers
+    tea" / "prefers coffee", "two cats" / "three cats", "every morning" / "every evening". Another value in
+    the same slot is another fact or an update, not a restatement, unless the words are forms of one word
+    ("runs" / "run"); a synonym ("likes" / "loves") goes to a person too. The models scored such pairs 0.99
+    the same (they read the shared words); no feature of theirs compares the one slot."""
+    wa, wb = tf.words(a), tf.words(b)
+    ops = [op for op in difflib.SequenceMatcher(a=wa, b=wb, autojunk=False).get_opcodes() if op[0] != "equal"]
+    if len(ops) != 1 or ops[0][0] != "replace":
+        return False
+    _, i1, i2, j1, j2 = ops[0]
+    if i2 - i1 != 1 or j2 - j1 != 1:
+        return False  # a phrase for a phrase ("hates" / "can't stand"), or words added: the models' to read
+    x, y = tf.stem(wa[i1]), tf.stem(wb[j1])
+    if wa[i1] in tf.STOPWORDS or wb[j1] in tf.STOPWORDS:
+        return False
+    return not (x.startswith(y) or y.startswith(x))  # one word's forms, or its short form ("vet" / "veterinarian")
 
 
 def _marks(text: str) -> set[str]:

@@ -137,13 +137,17 @@ async def test_control_agent_applies_once_and_bookkeeping_counts(kafka: str, pro
     assert not sw.due({**state, "facts": 20, "last_run": "2026-01-30T00:00:00Z"}, "2026-02-01T00:00:00Z", 7.0)
 
 
-async def test_a_users_command_is_forwarded_to_its_partition_and_run_there_once(kafka: str, proc: Processor) -> None:
+async def test_a_users_command_is_forwarded_to_its_partition_and_run_there_once(
+        kafka: str, proc: Processor, monkeypatch: pytest.MonkeyPatch) -> None:
     """erase is not run where dream.control is read: it goes, keyed by the user, to dream.control.users, whose
     agent (on the owner of the user's partition) runs it once however often it arrives, and answers once; a
-    record keyed by another user is refused there and changes nothing."""
+    record keyed by another user is refused there and changes nothing. Run, it puts one `user.erase` record in
+    the user's partition of memory.added (ingest, not running here, erases there: the answer says queued)."""
     from dreamstream.schemas.control import command
     from dreamstream.streams.worker import control as ctl
 
+    monkeypatch.setattr(ingest_mod, "settings", ingest_mod.settings.model_copy(update={"erase_wait_seconds": 0.5}))
+    await appmod.memory_added_topic.maybe_declare()
     await ctl.replies_topic.maybe_declare()
     await ctl.user_commands_topic.maybe_declare()
     user, other = f"fw-{uuid.uuid4().hex[:8]}", f"fw-{uuid.uuid4().hex[:8]}"
@@ -165,11 +169,15 @@ async def test_a_users_command_is_forwarded_to_its_partition_and_run_there_once(
         await agent.put(key=user.encode(), value=body, wait=True)  # forwarded twice: run and answered once
         await agent.put(key=user.encode(), value=wrong, wait=True)  # under another user's key
         await wait_until(lambda: ctl.owner_seen_table.get(orjson.loads(wrong)["id"]) is not None)
+    erases = await consume_all(kafka, appmod.memory_added_topic.get_topic_name(), expect=10**6, timeout=5,
+                               keep=lambda r: r.key in (user.encode(), other.encode()))
+    assert [(e["type"], e["user_id"], e["request"]) for e in erases] == [("user.erase", user, cid)]
+    proc.process([Incoming(orjson.dumps(e), key=user.encode()) for e in erases])  # what ingest does with it
     assert not proc.store.retrieve([f"m-{user}-1"]) and proc.store.retrieve([f"m-{other}-1"])
     answers = await consume_all(kafka, ctl.replies_topic.get_topic_name(), expect=10**6, timeout=5,
                                 keep=lambda r: r.key in (cid.encode(), orjson.loads(wrong)["id"].encode()))
     assert [(a["id"], a["outcome"]) for a in answers] == [(cid, "ok"), (orjson.loads(wrong)["id"], "error")]
-    assert answers[0]["details"]["deleted"] == 1 and "another user's key" in answers[1]["details"]["error"]
+    assert answers[0]["details"]["erased"] == "queued" and "another user's key" in answers[1]["details"]["error"]
 
 
 async def test_an_approval_applied_before_a_crash_is_answered_ok_when_read_again(kafka: str, proc: Processor) -> None:

@@ -268,3 +268,24 @@ def test_implicit_substitution_needs_a_changed_value(mem: Callable[..., Memory])
     old = mem("The notification worker exposes a tRPC API.")
     new = mem("Internal calls to the notification worker use tRPC.")
     assert all(d.action != "supersede" for d in ms.decide(new, [old]))
+
+
+@pytest.mark.parametrize(("older", "newer"), [
+    ("Cy prefers tea.", "Cy prefers coffee."),
+    ("Eli has two cats.", "Eli has three cats."),
+    ("Ivy runs every morning.", "Ivy runs every evening."),
+    ("Dee's favourite colour is blue.", "Dee's favourite colour is green."),
+])
+def test_a_merge_never_puts_one_value_in_anothers_place(mem: Callable[..., Memory], older: str, newer: str) -> None:
+    """A blind audit's pairs: the learned judge scored each 0.99 the same and merged the newer into the older,
+    hiding the newer value. One slot with another word is another fact or an update: a person decides."""
+    from dreamstream.agents.learned_judge import LearnedJudge
+    from dreamstream.streams.core import judge_model
+
+    judge: LearnedJudge = judge_model.learned_judge()
+    for d in ms.decide_with(judge, mem(newer), [mem(older)]):
+        assert d.action not in ("merge_old", "merge_new"), (d.action, d.rule)
+    assert ms._substituted(newer, older)
+    for same in (("Ola is a veterinarian.", "Ola is a vet."), ("Plays on Sundays.", "Plays on Sunday mornings."), ("User hates olives.", "Can't stand olives."),
+                 ("Runs 5 km daily.", "Run 5 km daily.")):
+        assert not ms._substituted(*same)
