@@ -286,6 +286,7 @@ def test_a_merge_never_puts_one_value_in_anothers_place(mem: Callable[..., Memor
     for d in ms.decide_with(judge, mem(newer), [mem(older)]):
         assert d.action not in ("merge_old", "merge_new"), (d.action, d.rule)
     assert ms._substituted(newer, older)
-    for same in (("Ola is a veterinarian.", "Ola is a vet."), ("Plays on Sundays.", "Plays on Sunday mornings."), ("User hates olives.", "Can't stand olives."),
+    for same in (("Ola is a veterinarian.", "Ola is a vet."), ("Plays on Sundays.", "Plays on Sunday mornings."),
+                 ("User hates olives.", "Can't stand olives."),
                  ("Runs 5 km daily.", "Run 5 km daily.")):
         assert not ms._substituted(*same)
