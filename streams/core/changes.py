@@ -209,12 +209,23 @@ def holder_of(creates: Sequence[Memory], touched: Sequence[str], deletes: Sequen
     return next((mid for mid in touched if mid not in set(deletes)), None)
 
 
+BACKUP = "\x1f"
+"""Starts the names a reprocess keeps its copies under (`backup_user`, memory ids): no id a producer sends can
+hold it (ids are printable), so no read, write or user ever reaches them."""
+
+
+def backup_user(user: str) -> str:
+    """The user id of a reprocess's copies of `user`'s events (core/ingest.py `reprocess_user`)."""
+    return f"{BACKUP}reprocess{BACKUP}{user}"
+
+
 def erase_user(store: MemoryStore, user: str, intent: str | None = None) -> int:
     """Deletes every memory of one user for good (an erasure: no tombstone, no text kept); returns how many.
     A repeat deletes whatever is left. With `intent` (a file per request) the first run's count is written
     there before the delete, so a request read again after a crash still reports what it found first."""
     ids = [m.memory_id for m in store.scroll({"user_id": user}, with_features=False)]
     found = len(ids)
+    ids += [m.memory_id for m in store.scroll({"user_id": backup_user(user)}, with_features=False)]  # copies
     if intent is not None:
         if os.path.exists(intent):
             with open(intent, "rb") as f:

@@ -778,15 +778,14 @@ class Processor:
         and texts, exactly as a replay would; expired memories and patterns stay as they are. The
         earlier decisions' records are replaced by the new ones (their status events say what changed).
 
-        Crash-safe: the events are first written to a backup in `backup_dir` (the intent: fsynced and
-        renamed into place before anything is deleted), then a marker once the delete is done. A run
-        that finds the backup finishes it from there, never reads the half-emptied user again; `process`
-        itself is idempotent on redelivery. With `run_id` (a control command's id), a run that finished
-        already answers from its record instead of running again.
+        Crash-safe on any worker: before anything is deleted, the events are copied into the store itself
+        (`changes.backup_user`: hidden, under a name no user id can have), and a run that finds copies finishes
+        from them, never from the half-emptied user. On a shared store the worker that takes the user's
+        partition over finds them too (a backup on the first worker's disk left the new one an empty user).
+        The copies go once the run is done; an erase takes them with the user. With `run_id` (a control
+        command's id), a run that finished already answers from its record in `backup_dir`.
         """
         os.makedirs(backup_dir, exist_ok=True)
-        backup = reprocess_backup(backup_dir, user_id)
-        deleted = backup + ".deleted"
         done = os.path.join(backup_dir, f"done-{hashlib.sha256(run_id.encode()).hexdigest()[:24]}.json") \
             if run_id else None
         if done is not None and os.path.exists(done):
@@ -796,26 +795,32 @@ class Processor:
             result.outcomes.update(summary["outcomes"])
             result.decisions.update(summary["decisions"])
             return result
-        if os.path.exists(backup):
-            with open(backup, "rb") as f:
-                events = [orjson.loads(line) for line in f.read().splitlines() if line.strip()]
+        copies = list(self.store.scroll({"user_id": changes.backup_user(user_id)}, with_vectors=True))
+        legacy = reprocess_backup(backup_dir, user_id)  # an earlier version's backup file: finished from too
+        if copies:
+            events = sorted((_from_copy(c) for c in copies), key=lambda ev: (ev["created_at"], ev["memory_id"]))
             log.warning("reprocess of %s: finishing an interrupted run (%d memories)", user_id, len(events))
         else:
-            events = self._reprocess_events(user_id)
-            changes.write_durably(backup, b"".join(orjson.dumps(ev) + b"\n" for ev in events))
-        if not os.path.exists(deleted):
-            ids = [ev["memory_id"] for ev in events]
+            if os.path.exists(legacy):
+                with open(legacy, "rb") as f:
+                    events = [orjson.loads(line) for line in f.read().splitlines() if line.strip()]
+            else:
+                events = self._reprocess_events(user_id)
+            copies = [_copy(ev, user_id) for ev in events]
             try:
-                self.store.delete(ids)
+                for start in range(0, len(copies), REPROCESS_BATCH):
+                    self.store.upsert(copies[start:start + REPROCESS_BATCH])
                 self.store.flush()
             except StoreError:
-                # Refused (a full disk): if nothing was deleted, nothing changed, and a later run must read the
-                # user afresh, not finish from this backup (it would miss what was added meanwhile).
+                # Refused (a full disk): nothing of the user changed; a later run reads the user afresh.
                 with contextlib.suppress(StoreError):
-                    if len(self.store.retrieve(ids)) == len(ids):
-                        os.remove(backup)
+                    self.store.delete([c.memory_id for c in copies])
                 raise
-            changes.write_durably(deleted, b"")
+        forget_reprocess(backup_dir, user_id)
+        # Every memory the copies hold, as the run found them (one a run cut short had stored again too: it is
+        # decided again with the rest); what the user added since stays.
+        self.store.delete([ev["memory_id"] for ev in events])
+        self.store.flush()
         faults.point("stored")
         # In batches as ingest writes them: one upsert of a large user's every memory is more than a Qdrant
         # server takes in one request (32 MB), and the user's memories were deleted above.
@@ -839,8 +844,8 @@ class Processor:
         if done is not None:
             summary = {"outcomes": dict(result.outcomes), "decisions": dict(result.decisions)}
             changes.write_durably(done, orjson.dumps(summary))
-        os.remove(deleted)
-        os.remove(backup)
+        self.store.delete([c.memory_id for c in copies])
+        self.store.flush()
         return result
 
     def _reprocess_events(self, user_id: str) -> list[dict[str, Any]]:
@@ -868,8 +873,23 @@ class Processor:
         } for m in facts]
 
 
+def _copy(event: dict[str, Any], user_id: str) -> Memory:
+    """A reprocess's copy of one event in the store: hidden (deleted, no text), under the user's backup name."""
+    now = now_iso()
+    return Memory(memory_id=changes.BACKUP + event["memory_id"], user_id=changes.backup_user(user_id), text="",
+                  created_at=event["created_at"], updated_at=now, status="deleted",
+                  metadata={"reprocess_event": {k: v for k, v in event.items() if k != "embedding"}},
+                  vector=np.asarray(event["embedding"], np.float32))
+
+
+def _from_copy(copy: Memory) -> dict[str, Any]:
+    event = dict(copy.metadata["reprocess_event"])
+    event["embedding"] = [float(x) for x in np.asarray(copy.vector, np.float32)]
+    return event
+
+
 def reprocess_backup(backup_dir: str, user_id: str) -> str:
-    """Where `Processor.reprocess_user` keeps a user's events while it runs (its marker: `+ ".deleted"`)."""
+    """Where an earlier version's `reprocess_user` kept a user's events while it ran (its marker: `+ ".deleted"`)."""
     return os.path.join(backup_dir, f"reprocess-{hashlib.sha256(user_id.encode()).hexdigest()[:24]}.jsonl")
 
 

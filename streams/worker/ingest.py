@@ -220,8 +220,8 @@ async def ingest(stream: faust.StreamT) -> None:
 
 
 def forget_files(users: list[str]) -> None:
-    """What else holds an erased user's texts on this worker: pending consolidation plans and an unfinished
-    reprocess's backup (a later reprocess would finish from it and bring the texts back)."""
+    """What else holds an erased user's texts on this worker: pending consolidation plans, and an unfinished
+    reprocess's backup file from an earlier version (its copies in the store go with the erase itself)."""
     for user in users:
         runner.forget_plans(settings.data_dir, user)
         forget_reprocess(os.path.join(settings.data_dir, "reprocess"), user)

@@ -206,7 +206,40 @@ def test_reprocess_killed_after_any_write_finishes_the_first_run(tmp_path: Path,
         assert result.outcomes["stored"] + result.outcomes["redelivered"] == len(expected) or n == counting.writes
         assert {k: v[:-2] for k, v in state(store).items()} == expected, f"killed after write {n}"
         assert sorted(p.name for p in Path(backup).iterdir() if not p.name.startswith("done-")) == []
+        assert not list(store.scroll({"user_id": changes.backup_user("u1")}))  # its copies gone with the run
         store.close()
+
+
+def test_reprocess_killed_on_one_worker_is_finished_by_the_one_taking_the_user_over(
+        tmp_path: Path, embedder: Any) -> None:
+    """On a shared store another worker gets the command again. The backup was on the first worker's disk:
+    the second found none, read the emptied user and answered `ok, memories: 0`, every memory gone."""
+    clean = fresh(tmp_path, "clean", embedder)
+    counting = CrashAfter(clean, 0)
+    Processor(counting, embedder, keep_outbox=True).reprocess_user("u1", str(tmp_path / "b-clean"), "cmd-r")
+    expected = {k: v[:-2] for k, v in state(clean).items()}
+    clean.close()
+    for n in range(1, counting.writes + 1):
+        store = fresh(tmp_path, f"crash-{n}", embedder)
+        with contextlib.suppress(Crash):
+            Processor(CrashAfter(store, n), embedder, keep_outbox=True).reprocess_user(
+                "u1", str(tmp_path / f"worker-a-{n}"), "cmd-r")
+        changes.recover(store)
+        Processor(store, embedder, keep_outbox=True).reprocess_user("u1", str(tmp_path / f"worker-b-{n}"), "cmd-r")
+        assert {k: v[:-2] for k, v in state(store).items()} == expected, f"killed after write {n}"
+        store.close()
+
+
+def test_an_erase_takes_an_interrupted_reprocess_copies_with_it(tmp_path: Path, embedder: Any) -> None:
+    """The copies hold the user's texts: an erase on another worker left them to come back with a reprocess."""
+    store = fresh(tmp_path, "s", embedder)
+    with contextlib.suppress(Crash):  # killed right after its copies were written
+        Processor(CrashAfter(store, 1), embedder).reprocess_user("u1", str(tmp_path / "a"), "cmd-r")
+    assert list(store.scroll({"user_id": changes.backup_user("u1")}))
+    changes.erase_user(store, "u1")
+    again = Processor(store, embedder).reprocess_user("u1", str(tmp_path / "b"), "cmd-r2")
+    assert again.outcomes["stored"] == 0 and store.count({"user_id": "u1"}) == 0
+    store.close()
 
 
 def test_a_redelivered_erase_deletes_the_rest_and_reports_the_first_count(tmp_path: Path, embedder: Any) -> None:
