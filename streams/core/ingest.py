@@ -230,8 +230,6 @@ class _Batch:
         self.changed[memory.memory_id] = memory
 
 
-SOURCES_GONE = "pattern sources"
-"""How a pattern's dead letter begins when its sources are missing or deleted: its text is withheld."""
 WITHHELD = "[withheld: the pattern quotes memories that are not stored]"
 
 ERASED: dict[str, int] = {}
@@ -423,9 +421,9 @@ class Processor:
                     # An earlier event of this batch holds the id: a pattern must not replace it before it is
                     # even stored (another user's fact, or a fact at all).
                     problem = ("memory_id_conflict",
-                               f"memory_id {event.memory_id} is another memory; a pattern cannot replace it")
+                               f"memory_id {event.memory_id} is another memory; a pattern cannot replace it", False)
                 if problem:
-                    self._dead(result, item, *problem, withhold=problem[1].startswith(SOURCES_GONE))
+                    self._dead(result, item, *problem)
                     continue
                 fresh.append((item, event))  # a pattern may be rewritten with more evidence
             elif stored is not None or batch_first is not None:
@@ -446,20 +444,22 @@ class Processor:
             seen_memories.setdefault(event.memory_id, event)
         return fresh
 
-    def _pattern_problem(self, event: MemoryAdded, stored: Memory | None) -> tuple[str, str] | None:
+    def _pattern_problem(self, event: MemoryAdded, stored: Memory | None) -> tuple[str, str, bool] | None:
         """A pattern may only rewrite a pattern of the same user, from evidence of that user: a forged
-        one must not replace another memory (or another user's) nor point at memories that are not there."""
+        one must not replace another memory (or another user's) nor point at memories that are not there.
+        (reason, message, whether its dead letter withholds the text: it quotes memories that are gone)."""
         if stored is not None and (stored.kind != "pattern" or stored.user_id != event.user_id):
-            return "memory_id_conflict", f"memory_id {event.memory_id} is another memory; a pattern cannot replace it"
+            return ("memory_id_conflict",
+                    f"memory_id {event.memory_id} is another memory; a pattern cannot replace it", False)
         if not event.sources:
-            return "bad_field", "a pattern needs its sources (the memories it was synthesized from)"
+            return "bad_field", "a pattern needs its sources (the memories it was synthesized from)", False
         found = self.store.retrieve(list(dict.fromkeys(event.sources)))
         foreign = [s for s in event.sources if s not in found or found[s].user_id != event.user_id]
         if foreign:
-            return "bad_field", f"{SOURCES_GONE} not stored for user {event.user_id}: {', '.join(foreign[:3])}"
+            return "bad_field", f"pattern sources not stored for user {event.user_id}: {', '.join(foreign[:3])}", True
         gone = [s for s in event.sources if found[s].status == "deleted"]
         if gone:  # deleted by a person while the pattern was being written: it must not quote them
-            return "bad_field", f"{SOURCES_GONE} deleted: {', '.join(gone[:3])}"
+            return "bad_field", f"pattern sources deleted: {', '.join(gone[:3])}", True
         return None
 
     def _redelivered(self, stored: Memory | None, result: BatchResult) -> None:
