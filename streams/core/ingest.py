@@ -238,6 +238,20 @@ worker that holds the user's partition, waits here for the erase it sent (`ERASE
 ERASED_KEPT = 1000
 
 
+def erase_intent(erase_dir: str, request: str) -> str:
+    """Where an erase request keeps the count it found (`changes.erase_user`): written before its delete."""
+    return os.path.join(erase_dir, hashlib.sha256(request.encode()).hexdigest()[:24] + ".json")
+
+
+def erased_before(erase_dir: str, request: str) -> int | None:
+    """The count of an erase request this worker applied already (None: not applied here)."""
+    try:
+        with open(erase_intent(erase_dir, request), "rb") as f:
+            return int(orjson.loads(f.read())["deleted"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
 def _updated(newer: Memory, older: str) -> bool:
     """Whether `newer` replaced `older` as the user's update (not the judge's supersede), still standing."""
     return any(rec.get("action") == "supersede" and older in rec.get("targets", ()) and not rec.get("undone")
@@ -312,9 +326,7 @@ class Processor:
         so in one audit event on memory.status, with the count, never the texts. Read again after a crash, it
         deletes what is left and reports the first run's count (kept in `erase_dir`)."""
         user, request = str(erase["user_id"]), str(erase["request"])
-        intent = None
-        if self.erase_dir is not None:
-            intent = os.path.join(self.erase_dir, hashlib.sha256(request.encode()).hexdigest()[:24] + ".json")
+        intent = erase_intent(self.erase_dir, request) if self.erase_dir is not None else None
         deleted = changes.erase_user(self.store, user, intent)
         result.status_events.append(status_event(
             f"erase-{request}", f"user:{user}", user, None, "erased", None, "erase",

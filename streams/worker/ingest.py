@@ -22,7 +22,7 @@ from dreamstream.schemas.errors import StoreError
 from dreamstream.schemas.events import USER_ERASE, now_iso
 from dreamstream.streams import faults
 from dreamstream.streams.core import consolidation as runner
-from dreamstream.streams.core.ingest import ERASED, Incoming, Processor, forget_reprocess
+from dreamstream.streams.core.ingest import ERASED, Incoming, Processor, erased_before, forget_reprocess
 from dreamstream.streams.worker import health, metrics
 from dreamstream.streams.worker.app import (
     _runtime,
@@ -233,6 +233,11 @@ async def request_erase(user: str, request: str | None, issued_by: str) -> dict[
     earlier is stored afterwards, and publishes the audit event. Waits up to DREAM_ERASE_WAIT_SECONDS on the worker
     holding the partition for the count; else says it is queued (the audit event names the request)."""
     request = request or uuid.uuid4().hex
+    done = ERASED.get(request)
+    if done is None:  # a redelivered command whose erase ran already: sent again, it would erase later adds
+        done = await on_store_thread(erased_before, os.path.join(settings.data_dir, "erase"), request)
+    if done is not None:
+        return {"user": user, "deleted": done, "erased": True, "request": request}
     await deliver([(memory_added_topic, user.encode(), orjson.dumps({
         "type": USER_ERASE, "event_id": f"erase-{request}", "user_id": user, "request": request,
         "issued_by": issued_by, "created_at": now_iso()}))])

@@ -243,3 +243,27 @@ async def test_scheduled_pass_runs_when_due_and_once_per_firing(proc: Processor,
     assert proc.store.retrieve([f"m-{user}-1"])[f"m-{user}-1"].status == "expired"
     assert cw.schedule_command("schedule.remove", {"schedule_id": sid})["removed"]
     assert sid not in [e["schedule_id"] for e in cw.schedule_command("schedule.list", {})["schedules"]]
+
+
+async def test_an_erase_command_read_again_after_its_erase_ran_sends_nothing(
+        kafka: str, producer: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker died after ingest erased the user but before the command was answered: the command read
+    again sent a second `user.erase`, which would also take the adds the user made in between."""
+    from dreamstream.streams.core import changes
+    from dreamstream.streams.core.ingest import erase_intent
+
+    monkeypatch.setattr(ingest_mod, "settings", ingest_mod.settings.model_copy(
+        update={"data_dir": str(tmp_path), "erase_wait_seconds": 0.5}))
+    await appmod.memory_added_topic.maybe_declare()
+    user, request = f"er-{uuid.uuid4().hex[:8]}", f"c-{uuid.uuid4().hex[:8]}"
+    changes.write_durably(erase_intent(str(tmp_path / "erase"), request), orjson.dumps({"user": user, "deleted": 3}))
+    again = await ingest_mod.request_erase(user, request, "ops")
+    assert again == {"user": user, "deleted": 3, "erased": True, "request": request}
+    sent = await consume_all(kafka, appmod.memory_added_topic.get_topic_name(), expect=10**6, timeout=3,
+                             keep=lambda r: r.key == user.encode())
+    assert sent == []
+    first = await ingest_mod.request_erase(user, None, "ops")  # a new request is sent as ever
+    assert first["erased"] == "queued"
+    sent = await consume_all(kafka, appmod.memory_added_topic.get_topic_name(), expect=10**6, timeout=3,
+                             keep=lambda r: r.key == user.encode())
+    assert [e["request"] for e in sent] == [first["request"]]
