@@ -219,6 +219,15 @@ def backup_user(user: str) -> str:
     return f"{BACKUP}reprocess{BACKUP}{user}"
 
 
+def erased_count(intent: str) -> int | None:
+    """The count an erase request wrote before its delete (`erase_user`); None: it never ran here."""
+    try:
+        with open(intent, "rb") as f:
+            return int(orjson.loads(f.read())["deleted"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
 def erase_user(store: MemoryStore, user: str, intent: str | None = None) -> int:
     """Deletes every memory of one user for good (an erasure: no tombstone, no text kept); returns how many.
     A repeat deletes whatever is left. With `intent` (a file per request) the first run's count is written
@@ -227,9 +236,9 @@ def erase_user(store: MemoryStore, user: str, intent: str | None = None) -> int:
     found = len(ids)
     ids += [m.memory_id for m in store.scroll({"user_id": backup_user(user)}, with_features=False)]  # copies
     if intent is not None:
-        if os.path.exists(intent):
-            with open(intent, "rb") as f:
-                found = int(orjson.loads(f.read())["deleted"])
+        first = erased_count(intent)
+        if first is not None:
+            found = first
         else:
             write_durably(intent, orjson.dumps({"user": user, "deleted": found}))
     store.delete(ids)

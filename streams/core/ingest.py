@@ -245,11 +245,7 @@ def erase_intent(erase_dir: str, request: str) -> str:
 
 def erased_before(erase_dir: str, request: str) -> int | None:
     """The count of an erase request this worker applied already (None: not applied here)."""
-    try:
-        with open(erase_intent(erase_dir, request), "rb") as f:
-            return int(orjson.loads(f.read())["deleted"])
-    except (OSError, ValueError, KeyError):
-        return None
+    return changes.erased_count(erase_intent(erase_dir, request))
 
 
 def _updated(newer: Memory, older: str) -> bool:
