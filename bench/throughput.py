@@ -199,6 +199,40 @@ def model_rates(texts: list[str], batch: int) -> dict[str, dict[str, Any]]:
     return out
 
 
+def cross_encoder_rates(texts: list[str], pairs: int = 300) -> dict[str, Any]:
+    """ms a pair of the learned judge's cross-encoder at two pairs a call (the pipeline reads one event's
+    few candidates at a time), on the int8 graph as quantized and on its unsigned (u8 x u8) copy, and
+    which one this processor runs: the two agree where int8 products are exact (VNNI, ARM dot product)."""
+    import onnxruntime as ort
+
+    from dreamstream.streams.core import judge_model, onnx_model
+
+    weights = judge_model.MODEL_DIR / judge_model.CROSS_FILE
+    if not weights.exists():
+        return {}
+    used = judge_model.cross_graph(weights)
+    native = used.with_name(used.name.removesuffix("-u8.onnx") + ".onnx") if used.name.endswith("-u8.onnx") else used
+    unsigned = native.with_name(native.stem + "-u8.onnx")
+    if not unsigned.exists():
+        onnx_model.unsigned_int8(native, unsigned)
+    coder = judge_model.CrossEncoder(weights, threads=1)
+    chosen = [(texts[i], texts[i + 1]) for i in range(min(pairs, len(texts) - 1))]
+    out: dict[str, Any] = {"used": "u8" if used == unsigned else "int8",
+                           "int8_exact_here": onnx_model.int8_exact_here()}
+    outputs = {}
+    for name, graph in (("int8", native), ("u8", unsigned)):
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        options.log_severity_level = 3
+        coder.session = ort.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
+        coder(chosen[:2])  # warm-up
+        start = time.perf_counter()
+        outputs[name] = np.concatenate([coder(chosen[i:i + 2]) for i in range(0, len(chosen), 2)])
+        out[f"{name}_ms_per_pair"] = 1000 * (time.perf_counter() - start) / len(chosen)
+    out["max_probability_gap"] = float(np.abs(outputs["int8"] - outputs["u8"]).max())
+    return out
+
+
 def cycled(records: list[bytes], n: int) -> list[bytes]:
     """`n` events from the case, repeated with fresh ids and users so that every copy is new."""
     out = []
@@ -317,6 +351,8 @@ def main() -> int:
     chunked = model_rates(texts, EMBED_CHUNK) if batch != EMBED_CHUNK else models
     # The pipeline feeds the model chunks of EMBED_CHUNK texts; the ceiling is the faster of the two sizes.
     ceiling = max(models[backend]["texts_per_s"], chunked[backend]["texts_per_s"])
+    print("the judge's cross-encoder ...", file=sys.stderr)
+    cross = cross_encoder_rates(texts)
     print(f"latency at {e2e['events_per_s'] / 2:.0f} events/s for {load_seconds:.0f} s ...", file=sys.stderr)
     load = latency_under_load(kafka, all_records, e2e["events_per_s"] / 2, load_seconds, batch)
     load["batch_model_ms"] = 1000 * batch / ceiling
@@ -331,6 +367,7 @@ def main() -> int:
     result = {"cores": os.cpu_count(), "batch_size": batch, "backend": backend,
               "cli": {"help_s": help_s, "get_s": get_s}, "e2e": e2e, "models": models,
               "models_at_chunk": {"chunk": EMBED_CHUNK, "rates": chunked}, "ceiling_texts_per_s": ceiling,
+              "cross_encoder": cross,
               "load": load, "scale": scaled, "server": server}
     (OUT / "result.json").write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
     plot(result, OUT / "throughput.png")
@@ -354,6 +391,10 @@ def main() -> int:
     fused = next((row["fused_ops"] for row in models.values() if row.get("fused_ops")), None)
     if fused:
         print("fused ops in the graph: " + ", ".join(f"{k} {v}" for k, v in fused.items()))
+    if cross:
+        print(f"the judge's cross-encoder, 2 pairs a call on one thread: int8 {cross['int8_ms_per_pair']:.2f} ms "
+              f"a pair, u8 x u8 {cross['u8_ms_per_pair']:.2f} ms; this processor runs {cross['used']} (int8 exact "
+              f"here: {cross['int8_exact_here']}; largest probability gap {cross['max_probability_gap']:.3f})")
     if load.get("decisions"):
         print(f"\nlatency under load ({load['rate']:.0f} events/s for {load['seconds']:.0f} s, {load['decisions']} "
               f"decisions): p50 {load['p50_ms']:.0f} ms, p95 {load['p95_ms']:.0f} ms, p99 {load['p99_ms']:.0f} ms; "

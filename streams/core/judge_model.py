@@ -114,11 +114,11 @@ def cross_graph(weights: Path) -> Path:
 
     digest = hashlib.sha256(weights.read_bytes()).hexdigest()[:16]
     name = f"judge-cross-{digest}-b{CROSS_BUILDER}-int8.onnx"
-    exact = onnx_model.int8_exact_here()  # else the same integers, multiplied in float (the thresholds hold)
+    exact = onnx_model.int8_exact_here()  # else the same integers as u8 x u8 (the thresholds hold)
     layers = {k: v for k, v in load_file(str(weights)).items() if k.startswith("encoder.")}
     for folder in (onnx_model.model_cache_dir(), Path(tempfile.gettempdir()) / "dreamstream-models"):
         path = folder / name
-        emulated = path.with_name(path.stem + "-exact.onnx")
+        emulated = path.with_name(path.stem + "-u8.onnx")
         if (path if exact else emulated).exists():
             return path if exact else emulated
         try:
@@ -126,7 +126,7 @@ def cross_graph(weights: Path) -> Path:
                 onnx_model.build(Path(model_path()), path, quantized=True, overrides=layers, fused=False)
             if exact:
                 return path
-            onnx_model.exact_int8(path, emulated)
+            onnx_model.unsigned_int8(path, emulated)
             return emulated
         except OSError:
             continue

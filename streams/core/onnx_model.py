@@ -319,45 +319,41 @@ def int8_exact_here(cpuinfo: str | None = None) -> bool:
     return bool(flags & {"avx512_vnni", "avx_vnni", "amx_int8", "asimddp"})
 
 
-def exact_int8(src: Path, out: Path) -> None:
-    """A dynamically quantized graph computed exactly on any processor: each integer product
-    (MatMulInteger: u8 activations by s8 weights) becomes a float product of the same integers, so the
-    outputs are those of an exact int8 machine (up to float rounding) at about fp32's speed. Written
-    atomically to `out`."""
+def unsigned_int8(src: Path, out: Path) -> None:
+    """A dynamically quantized graph computed exactly on any processor: each integer product's s8 weights
+    become u8 (plus 128, and 128 added to their zero point), the same integers after centring. ONNX
+    Runtime's u8 x u8 kernels widen both operands to 16 bits before they multiply, so no sum saturates,
+    and the graph keeps int8's fused kernels: a pair of the cross-encoder takes about 1.3x native int8's
+    time here, against 1.7x for the same integers multiplied in float. Written atomically to `out`."""
     import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import numpy_helper
 
     model = onnx.load(str(src))
     graph = model.graph
     inits = {i.name: i for i in graph.initializer}
-    nodes = []
+    moved: set[str] = set()
     for node in graph.node:
         if node.op_type != "MatMulInteger":
-            nodes.append(node)
             continue
         a, b, *zero_points = node.input
         a_zp, b_zp = (list(zero_points) + ["", ""])[:2]
-        weights = numpy_helper.to_array(inits[b]).astype(np.float32)
-        if b_zp:
-            weights = weights - numpy_helper.to_array(inits[b_zp]).astype(np.float32)
-        name = node.output[0]
-        graph.initializer.append(numpy_helper.from_array(weights, f"{name}.w"))
-        nodes.append(helper.make_node("Cast", [a], [f"{name}.a"], to=TensorProto.FLOAT))
-        left = f"{name}.a"
-        if a_zp:
-            nodes.append(helper.make_node("Cast", [a_zp], [f"{name}.zp"], to=TensorProto.FLOAT))
-            nodes.append(helper.make_node("Sub", [left, f"{name}.zp"], [f"{name}.centred"]))
-            left = f"{name}.centred"
-        nodes.append(helper.make_node("MatMul", [left, f"{name}.w"], [name]))  # the Cast after it: float to float
-    del graph.node[:]
-    graph.node.extend(nodes)
+        weights = numpy_helper.to_array(inits[b])
+        if weights.dtype != np.int8:
+            continue  # already unsigned: nothing saturates
+        if b not in moved:
+            inits[b].CopyFrom(numpy_helper.from_array((weights.astype(np.int16) + 128).astype(np.uint8), b))
+            moved.add(b)
+        zp = numpy_helper.to_array(inits[b_zp]).astype(np.int16) if b_zp else np.zeros((), np.int16)
+        unsigned_zp = f"{b}.zero_point_u8"
+        if unsigned_zp not in inits:
+            inits[unsigned_zp] = numpy_helper.from_array((zp + 128).astype(np.uint8), unsigned_zp)
+            graph.initializer.append(inits[unsigned_zp])
+        del node.input[:]
+        node.input.extend([a, b, a_zp, unsigned_zp])
     used = {i for n in graph.node for i in n.input}
     kept = [i for i in graph.initializer if i.name in used]
     del graph.initializer[:]
     graph.initializer.extend(kept)
-    ints = [v for v in graph.value_info if v.type.tensor_type.elem_type == TensorProto.INT32]
-    for v in ints:
-        graph.value_info.remove(v)
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         path = Path(tmp) / out.name

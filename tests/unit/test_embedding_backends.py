@@ -119,7 +119,7 @@ def test_a_texts_vector_does_not_depend_on_the_padding_of_its_batch(tmp_path: Pa
 def test_int8_products_are_exact_on_every_processor(tmp_path: Path) -> None:
     """Without VNNI, ONNX Runtime pairs u8 x s8 products in saturating 16-bit sums: the learned judge's
     int8 cross-encoder gave other scores there than on the machine its thresholds were calibrated on (and
-    merged other pairs). The exact graph multiplies the same integers in float, the same on every machine."""
+    merged other pairs). The unsigned graph multiplies the same integers as u8 x u8, exact on every machine."""
     import onnx
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
@@ -136,7 +136,7 @@ def test_int8_products_are_exact_on_every_processor(tmp_path: Path) -> None:
                               [numpy_helper.from_array(weights, "w")])
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "f.onnx"))
     quantize_dynamic(str(tmp_path / "f.onnx"), str(tmp_path / "q.onnx"), weight_type=QuantType.QInt8)
-    onnx_model.exact_int8(tmp_path / "q.onnx", tmp_path / "exact.onnx")
+    onnx_model.unsigned_int8(tmp_path / "q.onnx", tmp_path / "exact.onnx")
     x = rng.uniform(0.0, 1.0, (1, 256)).astype(np.float32)
     x[0, 0] = -0.01  # a zero point above 0: the activations are centred before the product
 
@@ -150,7 +150,9 @@ def test_int8_products_are_exact_on_every_processor(tmp_path: Path) -> None:
     wq = {i.name: numpy_helper.to_array(i) for i in onnx.load(str(tmp_path / "q.onnx")).graph.initializer}
     w_int = wq["w_quantized"].astype(np.float64) - float(wq["w_zero_point"])
     expected = (xq.astype(np.float64) @ w_int) * scale_x * float(wq["w_scale"])
-    assert np.allclose(run("exact.onnx"), expected, rtol=1e-4, atol=1e-4)
+    assert np.allclose(run("exact.onnx"), expected, rtol=1e-5, atol=1e-6)
+    kinds = {i.name: numpy_helper.to_array(i).dtype for i in onnx.load(str(tmp_path / "exact.onnx")).graph.initializer}
+    assert kinds["w_quantized"] == np.uint8  # still an integer graph, not a float one
     assert np.allclose(run("exact.onnx"), x @ weights, rtol=0.05, atol=0.05)  # and near the float graph
 
 
