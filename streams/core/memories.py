@@ -217,12 +217,39 @@ def hard_delete_memory(store: MemoryStore, memory_id: str, user: str) -> list[di
                 {**p, "with": [x for x in p.get("with") or [] if x != memory_id]}
                 for p in m.access.get("pending") or []]}
         change.set(mid, fields)
+    _move_pass_records(store, change, got, set(derived), user)
     change.events = events
     if not change.holder:  # nothing else linked: the deleted one carries the intent, as a tombstone
         change.holder = memory_id
     changes.apply(store, change)
     store.flush()
     return events
+
+
+def _move_pass_records(store: MemoryStore, change: changes.Change, gone: Memory, derived: set[str], user: str) -> None:
+    """A consolidation pass keeps its one record on one memory: when that memory goes for good, the record
+    moves to another the pass touched that stays, so the rest of the pass can still be undone and shown
+    (the deleted one listed as not restorable)."""
+    for rec in gone.decisions:
+        if rec.get("action") != "consolidate":
+            continue
+        mid = gone.memory_id
+        ids = [x for x in [*rec.get("created", []), *rec.get("targets", [])] if x != mid and x not in derived]
+        got = store.retrieve(ids) if ids else {}
+        heir = next((got[x] for x in ids if x in got and got[x].user_id == user and got[x].status != "deleted"), None)
+        if heir is None:
+            continue  # nothing of the pass is left to undo
+        moved: dict[str, Any] = {**rec, "deleted": [*rec.get("deleted", []), mid]}
+        for k in ("targets", "created"):
+            moved[k] = [x for x in rec.get(k, []) if x != mid]
+        for k in ("before", "after"):
+            if k in rec:
+                moved[k] = {x: v for x, v in (rec[k] or {}).items() if x != mid}
+        pending = change.updates.get(heir.memory_id, {})
+        ids_now = pending.get("decision_ids", heir.decision_ids)
+        change.set(heir.memory_id, {
+            "decisions": [*pending.get("decisions", heir.decisions), moved],
+            "decision_ids": ids_now if rec["decision_id"] in ids_now else [*ids_now, rec["decision_id"]]})
 
 
 def co_read(memory: Memory, other_id: str) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dreamstream.agents.consolidation import SOURCE as PASS_SOURCE
 from dreamstream.schemas.events import now_iso, status_event
 from dreamstream.schemas.memory import Memory
 from dreamstream.streams.core import changes
@@ -52,7 +53,8 @@ def plan_undo(store: MemoryStore, decision_id: str, by: str | None = None) -> ch
             m = store.retrieve([mid]).get(mid)
             # the deleted memory, and the patterns retired with it (expired; a later run may have moved them on)
             if m is not None and m.user_id == owner.user_id and (
-                    m.status == "deleted" or (m.kind == "pattern" and m.status == "expired")):
+                    m.status == "deleted" or (m.kind == "pattern" and m.status == "expired"
+                                              and _quotes_only_current(store, m, record, owner.user_id))):
                 restored = own_links(store, fields, owner.user_id)
                 change.events.append(status_event(decision_id, mid, m.user_id, m.status, restored["status"], None,
                                                   "undo", evidence, undo=True))
@@ -64,7 +66,8 @@ def plan_undo(store: MemoryStore, decision_id: str, by: str | None = None) -> ch
         if new is not None and action == "merge_new" and record["targets"]:
             canonical = members.get(record["targets"][0])
             before = record["before"][new_id]["status"]
-            if new.status == "merged":  # still as the decision left it (a person's delete since outranks it)
+            if new.status == "merged" and new.merged_into == record["targets"][0]:
+                # still as the decision left it (a person's delete, or a later merge elsewhere, outranks it)
                 change.set(new_id, {"status": before, "merged_into": None, "updated_at": stamp})
                 change.events.append(status_event(decision_id, new_id, new.user_id, "merged", before, None, "undo",
                                                   evidence, undo=True))
@@ -79,7 +82,7 @@ def plan_undo(store: MemoryStore, decision_id: str, by: str | None = None) -> ch
                 t = members.get(tid)
                 if t is None:
                     continue
-                if t.status != left:
+                if t.status != left or getattr(t, link) != new_id:
                     # Changed since (deleted by a person, replaced again): the link goes, the status stays.
                     change.set(tid, {link: None, "updated_at": stamp} if getattr(t, link) == new_id
                                else {"updated_at": stamp})
@@ -149,9 +152,21 @@ def settle(store: MemoryStore, change: changes.Change, user: str, decision_id: s
             break
     for mid, m in sorted(read(sorted(change.updates)).items()):
         after = _fields(m, change.updates.get(mid, {}))
-        if m.merged_from and not after["merged_from"] and after["status"] == "active" and _pass_undone(store, m):
+        # (its pass's undo may have emptied its list already, when it was merged on or deleted at the time)
+        made = m.metadata.get("source") == PASS_SOURCE and not m.metadata.get("reminder")
+        if (m.merged_from or made) and not after["merged_from"] and after["status"] == "active" \
+                and _pass_undone(store, m):
             change.set(mid, {"status": "expired", "updated_at": stamp})
             _moved_to(change, decision_id, mid, user, "active", "expired", evidence)
+
+
+def _quotes_only_current(store: MemoryStore, pattern: Memory, record: dict[str, Any], user: str) -> bool:
+    """Whether a pattern a delete retired may come back with its undo: none of its other sources was
+    deleted since (it quotes them; the next synthesis run writes the theme again from what is left)."""
+    back = set(record.get("before", {}))
+    others = [x for x in pattern.sources if x not in back]
+    got = store.retrieve(others) if others else {}
+    return all((m := got.get(x)) is not None and m.user_id == user and m.status != "deleted" for x in others)
 
 
 def _moved_to(change: changes.Change, decision_id: str, mid: str, user: str, was: str, status: str,

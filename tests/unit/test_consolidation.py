@@ -766,3 +766,73 @@ def test_a_full_pass_that_merges_an_undone_pair_again_gives_the_new_merge_its_ow
     assert again.keys() == first.keys() and not set(again.values()) & set(first.values())
     shown = {d["decision_id"]: d for d in runner.provenance(edge_store, "k1")["decisions"]}
     assert shown[first["k1"]].get("undone") and not shown[again["k1"]].get("undone")
+
+
+def test_undoing_a_merge_whose_memory_was_merged_elsewhere_since_leaves_the_later_merge(proc: Processor) -> None:
+    """b merged into a; a hard-deleted (b current again); c, fuller, takes b in. Undoing the first merge set b
+    active again and left c naming b in its merged list: one link one way, the same fact shown twice."""
+    from dreamstream.streams.core import memories as mem
+
+    _added(proc, "a", "Ana likes the colour green, especially olive.")
+    _added(proc, "b", "Ana likes the colour green, especially olive.")
+    b = proc.store.retrieve(["b"])["b"]
+    assert (b.status, b.merged_into) == ("merged", "a")
+    first = b.decision_ids[-1]
+    assert mem.hard_delete_memory(proc.store, "a", "u1")
+    _added(proc, "c", "Ana likes the colour green, especially olive and sage, for her kitchen walls.")
+    later = proc.store.retrieve(["b"])["b"]
+    assert (later.status, later.merged_into) == ("merged", "c")
+    proc.undo(first)
+    got = proc.store.retrieve(["b", "c"])
+    assert got["b"].status == "merged" and got["b"].merged_into == "c" and "b" in got["c"].merged_from
+    _consistent(proc)
+
+
+def test_a_pass_memory_merged_on_then_both_undone_does_not_come_back(proc: Processor) -> None:
+    """The pass merged pg-1 and pg-2 into its memory, ingest then merged that into a fuller one; undoing the
+    pass and then the later merge set the pass's memory current again beside pg-1 and pg-2 (the pass's undo
+    had emptied its merged list, which was how the second undo knew to expire it)."""
+    plan, _ = runner.make_plan(proc.store, "u1", "proj", cons.DEFAULT_RETENTION, now=NOW)
+    outcome, _ = runner.apply_plan(proc.store, proc.embed, plan, {0: "A"})
+    assert outcome.decision_id is not None
+    new_id = proc.store.retrieve(["pg-1"])["pg-1"].merged_into
+    assert new_id is not None
+    text = proc.store.retrieve([new_id])[new_id].text
+    _added(proc, "fuller", text + " It is backed up nightly to the second region.")
+    assert proc.store.retrieve([new_id])[new_id].merged_into == "fuller"
+    proc.undo(outcome.decision_id)
+    proc.undo(proc.store.retrieve(["fuller"])["fuller"].decision_ids[-1])
+    got = proc.store.retrieve([new_id, "pg-1", "pg-2"])
+    assert got[new_id].status == "expired"
+    assert got["pg-1"].status == got["pg-2"].status == "active"
+    _consistent(proc)
+
+
+def test_a_hard_delete_of_the_memory_holding_a_passs_record_keeps_the_pass_undoable(proc: Processor) -> None:
+    """The pass's record lives on the memory it created; deleting that memory for good took the record with
+    it, so what the pass superseded and pruned could never be brought back."""
+    from dreamstream.streams.core import memories as mem
+
+    plan, _ = runner.make_plan(proc.store, "u1", "proj", cons.DEFAULT_RETENTION, now=NOW)
+    outcome, _ = runner.apply_plan(proc.store, proc.embed, plan, {0: "A"})
+    assert outcome.decision_id is not None and outcome.pruned and outcome.resolved
+    new_id = proc.store.retrieve(["pg-1"])["pg-1"].merged_into
+    assert new_id is not None
+    hidden = {m.memory_id: m.status for m in proc.store.scroll({"user_id": "u1"})
+              if m.status in ("expired", "superseded") and m.memory_id != new_id}
+    assert hidden
+    assert mem.hard_delete_memory(proc.store, new_id, "u1")
+    proc.undo(outcome.decision_id)
+    got = proc.store.retrieve(sorted(hidden))
+    assert {mid: m.status for mid, m in got.items()} == dict.fromkeys(hidden, "active")
+    record = consolidation_record(proc, outcome.decision_id)
+    assert new_id in record["deleted"] and record["undone"]
+    _consistent(proc)
+
+
+def consolidation_record(proc: Processor, decision_id: str) -> dict[str, Any]:
+    for holder in proc.store.scroll({"decision_ids": decision_id}):
+        for rec in holder.decisions:
+            if rec.get("decision_id") == decision_id:
+                return rec
+    raise KeyError(decision_id)

@@ -286,3 +286,24 @@ def test_disabling_one_project_leaves_its_patterns_and_a_pattern_carries_its_sou
     later = run(edge_store, embedder, state, now="2025-04-10T00:00:00Z", force=True)
     assert not set(later.retired) & {p.memory_id for p in mine}
     assert {p.memory_id for p in mine} <= {p.memory_id for p in patterns(edge_store)}
+
+
+def test_undoing_one_sources_delete_leaves_a_pattern_quoting_another_deleted_source_retired(
+        edge_store: Any, embedder: Any, tmp_path: Path) -> None:
+    """Two of a pattern's sources deleted one after the other, then the first delete undone: the pattern came
+    back quoting the second, still deleted memory's words in default reads."""
+    from dreamstream.streams.core import memories
+    from dreamstream.streams.core.undo import undo_decision
+
+    ingest(Processor(edge_store, embedder), events("u1"))
+    state = runner.SynthesisState.load(tmp_path / "state.json")
+    runner.enable(state, None, T0)
+    run(edge_store, embedder, state)
+    [pattern] = patterns(edge_store)
+    first, second = pattern.sources[:2]
+    deleted = memories.delete_memory(edge_store, first, "u1") or []
+    assert memories.delete_memory(edge_store, second, "u1")
+    undo_decision(edge_store, deleted[0]["decision_id"])
+    assert edge_store.retrieve([first])[first].status == "active"
+    assert edge_store.retrieve([pattern.memory_id])[pattern.memory_id].status == "expired"
+    assert pattern.memory_id not in {r["memory_id"] for r in reads.get(edge_store, "u1")}
