@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
 import math
 import unicodedata
 from datetime import UTC, datetime
@@ -172,6 +173,17 @@ def erase_of(raw: bytes | str | dict[str, Any] | None) -> dict[str, Any] | None:
     check_against_schema(USER_ERASE, obj)
     check_id(obj["user_id"], "user_id")
     return obj
+
+
+def erase_signature(key: bytes, erase: dict[str, Any]) -> str:
+    """The worker's signature on a `user.erase` record (HMAC-SHA256 over user, request and issuer): a
+    producer that may add memories cannot erase a user, nor say who asked, without the worker's key."""
+    message = "\0".join(str(erase.get(k) or "") for k in ("user_id", "request", "issued_by")).encode()
+    return hmac.new(key, b"user.erase\0" + message, hashlib.sha256).hexdigest()
+
+
+def signed_by(key: bytes, erase: dict[str, Any]) -> bool:
+    return hmac.compare_digest(str(erase.get("signature") or ""), erase_signature(key, erase))
 
 
 def parse_memory_event(raw: bytes | str | dict[str, Any] | None) -> MemoryAdded:

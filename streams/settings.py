@@ -8,6 +8,7 @@ Each field reads exactly one environment variable, the one named by its `validat
 
 from __future__ import annotations
 
+import hashlib
 import os
 import ssl
 from typing import Annotated, Any, Literal
@@ -250,6 +251,15 @@ class Settings(_EnvSettings):
         named = {"weekly": 7.0, "daily": 1.0, "biweekly": 14.0}
         value = self.synthesis_cadence.strip().lower()
         return named[value] if value in named else float(value)
+
+    @property
+    def erase_key(self) -> bytes | None:
+        """The key the worker signs `user.erase` records with, from its tokens (every worker of a group has
+        the same); None when neither is set (an open development setup: anyone may erase, as through the API)."""
+        if not (self.control_token or self.api_token):
+            return None
+        secret = f"{self.control_token or ''}\0{self.api_token or ''}".encode()
+        return hashlib.sha256(b"dreamstream user.erase\0" + secret).digest()
 
     @property
     def broker_url(self) -> str:

@@ -32,6 +32,7 @@ from dreamstream.schemas.events import (
     erase_of,
     now_iso,
     parse_memory_event,
+    signed_by,
     status_event,
 )
 from dreamstream.schemas.memory import EMBEDDING_DIM, LINK_FIELDS, Memory, MemoryAdded, parse_time
@@ -277,10 +278,13 @@ class Processor:
         candidate_k: int | None = None,
         keep_outbox: bool = False,
         erase_dir: str | None = None,
+        erase_key: bytes | None = None,
     ) -> None:
         self.store = store
         self.erase_dir = erase_dir
         """Where each `user.erase` request keeps its first count (a file per request; None: none kept)."""
+        self.erase_key = erase_key
+        """With a key, only `user.erase` records the worker signed erase (settings.erase_key)."""
         self.embed = embed
         self.keep_outbox = keep_outbox
         """Keep each decision's status events in the store until `mark_sent` (the worker publishes them);
@@ -303,6 +307,9 @@ class Processor:
                 erase = erase_of(item.raw)
                 if erase is not None:
                     check_key(item.key, erase["user_id"])
+                    if self.erase_key is not None and not signed_by(self.erase_key, erase):
+                        raise InvalidEvent("unauthorised", "a user.erase without the worker's signature: erase "
+                                           "through the API or `dream control erase`")
             except InvalidEvent as exc:
                 self._dead(result, item, exc.reason, exc.message)
                 continue

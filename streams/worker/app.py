@@ -86,7 +86,8 @@ def _build_processor() -> Processor:
     finished = changes.recover(store, grace_seconds=RECOVER_GRACE_S if settings.qdrant_url else 0.0)
     if finished:
         log.warning("finished changes a crash had left half-applied (%d status events to send)", len(finished))
-    return Processor(store, shared_embedder(), keep_outbox=True, erase_dir=os.path.join(settings.data_dir, "erase"))
+    return Processor(store, shared_embedder(), keep_outbox=True, erase_dir=os.path.join(settings.data_dir, "erase"),
+                     erase_key=settings.erase_key)
 
 
 _build_lock: asyncio.Lock | None = None

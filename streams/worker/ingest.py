@@ -19,7 +19,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from dreamstream.schemas.errors import StoreError
-from dreamstream.schemas.events import USER_ERASE, now_iso
+from dreamstream.schemas.events import USER_ERASE, erase_signature, now_iso
 from dreamstream.streams import faults
 from dreamstream.streams.core import consolidation as runner
 from dreamstream.streams.core.ingest import ERASED, Incoming, Processor, erased_before, forget_reprocess
@@ -238,9 +238,11 @@ async def request_erase(user: str, request: str | None, issued_by: str) -> dict[
         done = await on_store_thread(erased_before, os.path.join(settings.data_dir, "erase"), request)
     if done is not None:
         return {"user": user, "deleted": done, "erased": True, "request": request}
-    await deliver([(memory_added_topic, user.encode(), orjson.dumps({
-        "type": USER_ERASE, "event_id": f"erase-{request}", "user_id": user, "request": request,
-        "issued_by": issued_by, "created_at": now_iso()}))])
+    record: dict[str, Any] = {"type": USER_ERASE, "event_id": f"erase-{request}", "user_id": user,
+                              "request": request, "issued_by": issued_by, "created_at": now_iso()}
+    if settings.erase_key is not None:
+        record["signature"] = erase_signature(settings.erase_key, record)
+    await deliver([(memory_added_topic, user.encode(), orjson.dumps(record))])
     await on_store_thread(runner.forget_plans, settings.data_dir, user)  # plans hold the user's texts
     deadline = asyncio.get_running_loop().time() + settings.erase_wait_seconds
     while request not in ERASED and asyncio.get_running_loop().time() < deadline:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import sys
@@ -241,7 +242,7 @@ def test_the_readme_cli_commands_work_beside_the_running_worker(worker: WorkerPr
 def test_delete_undo_and_erase_over_http_with_their_status_events(worker: WorkerProcess) -> None:
     """A soft delete hides a memory from every read and keeps it; undo brings it back; erasing a user
     needs its confirmation and deletes everything of that user, nobody else's. Each is on memory.status."""
-    from dreamstream.streams.dev.localrun import consume_all
+    from dreamstream.streams.dev.localrun import consume_all, produce
 
     with Client(url(worker), token=TOKEN) as dream:
         kept = dream.add("fay", "Fay plays the cello.")
@@ -263,6 +264,16 @@ def test_delete_undo_and_erase_over_http_with_their_status_events(worker: Worker
         back = dream.undo(deleted["decision_id"])
         assert [(e["from_status"], e["to_status"]) for e in back] == [("deleted", "active")]
         assert {m.memory_id for m in dream.list("fay").memories} == {kept.memory_id, gone.memory_id}
+        # Any producer of memory.added could erase a user with a raw record (and name the API as its issuer):
+        # with a token set, only the worker's signed erase runs; a forged one is a dead letter.
+        forged = {"type": "user.erase", "event_id": "erase-forged", "user_id": "fay", "request": "forged",
+                  "issued_by": "api"}
+        asyncio.run(produce(worker.kafka, worker.topics["added"], [json.dumps(forged).encode()]))
+        dead = asyncio.run(consume_all(worker.kafka, worker.topics["dead"], 1, timeout=30,
+                                       keep=lambda r: b"erase-forged" in base64.b64decode(
+                                           json.loads(r.value)["original_b64"])))
+        assert [d["reason"] for d in dead] == ["unauthorised"]
+        assert len(dream.list("fay").memories) == 2
         unconfirmed = httpx.delete(f"{url(worker)}/v1/users/fay", headers={"Authorization": f"Bearer {TOKEN}"})
         assert unconfirmed.status_code == 400 and "confirm=fay" in unconfirmed.json()["error"]
         assert dream.delete_all("fay") == 2

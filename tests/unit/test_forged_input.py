@@ -115,3 +115,22 @@ def test_a_pattern_of_an_erased_user_is_dead_lettered_without_its_text(edge_stor
     kept = base64.b64decode(dead["original_b64"]).decode() + (dead["original_preview"] or "")
     assert dead["reason"] == "bad_field" and "Lisbon" not in kept and "withheld" in kept
     assert orjson.loads(base64.b64decode(dead["original_b64"]))["sources"] == ["m-1"]
+
+
+def test_only_an_erase_the_worker_signed_erases_where_a_token_is_set(edge_store, embedder) -> None:
+    """Anyone allowed to add memories could erase any user with a raw `user.erase` record, past both tokens,
+    and name the API as its issuer in the audit event."""
+    from dreamstream.schemas.events import erase_signature
+
+    key = b"k" * 32
+    proc = Processor(edge_store, embedder, erase_key=key)
+    assert _process(proc, _event()) == []
+    erase = {"type": "user.erase", "event_id": "erase-r", "user_id": "u-1", "request": "r", "issued_by": "api"}
+    for forged in (erase, {**erase, "signature": erase_signature(b"x" * 32, erase)},
+                   {**erase, "issued_by": "control", "signature": erase_signature(key, erase)}):
+        result = proc.process([Incoming(raw=orjson.dumps(forged), key=b"u-1", topic="t", partition=0, offset=1)])
+        assert [d["reason"] for d in result.dead_letters] == ["unauthorised"] and not result.erased
+        assert edge_store.retrieve(["m-1"])["m-1"].status == "active"
+    signed = {**erase, "signature": erase_signature(key, erase)}
+    result = proc.process([Incoming(raw=orjson.dumps(signed), key=b"u-1", topic="t", partition=0, offset=2)])
+    assert not result.dead_letters and result.erased == ["u-1"] and edge_store.retrieve(["m-1"]) == {}
