@@ -96,14 +96,27 @@ def _port_open(port: int) -> bool:
 
 
 @pytest.fixture(scope="session")
-def kafka() -> str:
-    """The project's own single-node KRaft broker (deploy/kafka/kafka.sh), started if not running."""
+def kafka() -> Iterator[str]:
+    """The project's own single-node KRaft broker (deploy/kafka/kafka.sh), started if not running. At the
+    end the topics this session made go (only its own: another session may share the broker)."""
+    import asyncio
+
+    from dreamstream.streams.dev import localrun
+
     if not _port_open(KAFKA_PORT):
         subprocess.run([str(ROOT / "deploy" / "kafka" / "kafka.sh"), "start"], check=True)
-    return f"127.0.0.1:{KAFKA_PORT}"
+    yield f"127.0.0.1:{KAFKA_PORT}"
+    try:
+        asyncio.run(localrun.delete_topics_named(f"127.0.0.1:{KAFKA_PORT}", [*localrun.NAMES, *UNIQUES]))
+    except Exception as exc:  # never fail a run over its clean-up
+        print(f"conftest: the session's topics were not deleted ({exc})")
+
+
+UNIQUES: list[str] = []
 
 
 @pytest.fixture
 def unique() -> str:
     """A suffix for topic names and consumer groups so tests never see each other's data."""
-    return uuid.uuid4().hex[:10]
+    UNIQUES.append(uuid.uuid4().hex[:10])
+    return UNIQUES[-1]

@@ -28,10 +28,34 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+NAMES: list[str] = []
+"""The name of every WorkerProcess made in this process: its topics (and faust's, under its app id) hold it,
+so a test session can delete what it created (`delete_topics_named`)."""
+
+
+async def delete_topics_named(kafka: str, names: list[str]) -> int:
+    """Deletes the broker's topics whose names hold one of `names` (a test session's own), so that a
+    developer's broker does not gather thousands of partitions (its start slows to minutes)."""
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    if not names:
+        return 0
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka, request_timeout_ms=30000)
+    await admin.start()
+    try:
+        doomed = sorted(t for t in await admin.list_topics() if any(n in t for n in names))
+        for i in range(0, len(doomed), 100):
+            await admin.delete_topics(doomed[i:i + 100], timeout_ms=30000)
+        return len(doomed)
+    finally:
+        await admin.close()
+
+
 class WorkerProcess:
     """A `dream worker` subprocess with its own topics, consumer group, store and HTTP port."""
 
     def __init__(self, kafka: str, name: str, workdir: Path, extra_env: dict[str, str] | None = None) -> None:
+        NAMES.append(name)
         self.kafka = kafka
         self.port = free_port()
         self.topics = {k: f"{k}-{name}" for k in ("added", "status", "patterns", "dead", "runs", "control", "replies",
