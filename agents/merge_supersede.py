@@ -360,6 +360,13 @@ def gate(verdict: Verdict, new: Memory, old: Memory, session_veto: bool = True) 
     the memory that says more, and keeps every name, number, sign, unit, person, code span and URL of the
     memory it hides; a supersede never puts an older statement over a newer one, and (for judges that cannot
     weigh the session as evidence, `session_veto`) comes from a later session."""
+    if verdict.relation in ("same", "replaces"):
+        kind = _other_mood(new.text, old.text, verdict.relation == "same") \
+            or ("qualifier" if _other_qualifier(new.text, old.text) else None)
+        if kind:
+            return Verdict(verdict.candidate_id, "review_same" if verdict.relation == "same" else "review_replaces",
+                           verdict.confidence,
+                           f"gate_{kind}:{verdict.rule}", verdict.scores, verdict.new_fuller)
     if verdict.relation == "same" and verdict.rule.rsplit(":", 1)[-1] != "exact_text":  # a duplicate loses nothing
         opposite = _opposite(new.text, old.text)
         if opposite:
@@ -384,6 +391,71 @@ def gate(verdict: Verdict, new: Memory, old: Memory, session_veto: bool = True) 
         return Verdict(verdict.candidate_id, "review_replaces", verdict.confidence,
                        f"gate_session:{verdict.rule}", verdict.scores)
     return verdict
+
+
+_WISH = re.compile(
+    r"\b(?:(?:wants?|wanted|wanting)\s+to|wish(?:es|ed)?|hopes?|hoped|hoping|intends?|aims?|"
+    r"dreams?|considering|thinking\s+(?:about|of)|would(?:\s+\w+)?\s+(?:like|love|prefer)|'d\s+(?:like|love)|"
+    r"should|shall|ought\s+to|needs?\s+to|might|(?-i:may)\s+(?!\d)|could|someday|one\s+day|"
+    r"if\s+\w+\s+(?:could|had|were|ever))\b",
+    re.IGNORECASE)
+"""Words that put a statement in another mood than fact: a wish, an obligation, a possibility ("I'd love to own
+a sailboat", "the app should support dark mode", "wants to adopt a greyhound"; "may" in lower case only: "May"
+is a month). "Wants" with a thing
+("wants Tailwind for styling") is a preference, and a plan ("planning a trip in May", "going to Porto") a
+fact about what is arranged: facts of their own."""
+
+
+def _asks(text: str) -> bool:
+    """A question, not a statement ("Is Malik vegetarian?")."""
+    return text.rstrip().rstrip("\"')»”").endswith(("?", "？", "¿")) or text.lstrip().startswith("¿")
+
+
+def _other_mood(a: str, b: str, merge: bool) -> str | None:
+    """"question" where one memory states a fact and the other asks about it; for a merge, "mood" where one
+    wishes, plans or owes what the other states: the same words, another claim. The models read the shared
+    words and scored such pairs the same (a blind audit's minimal pairs: 13 of 18 questions and 9 of 10 wishes
+    merged with the fact); no feature of theirs reads a question, and the corpus holds none. A plan and what
+    came of it may be an update ("wants to adopt a greyhound" / "adopted a greyhound"): the models' to read."""
+    if _asks(a) != _asks(b):
+        return "question"
+    if merge and bool(_WISH.search(a)) != bool(_WISH.search(b)):
+        x, y = ({tf.stem(w).removesuffix("s") for w in tf.words(_WISH.sub(" ", t)) if w not in tf.STOPWORDS}
+                for t in (a, b))  # "owns" / "own": the stemmer leaves short words whole
+        if x and y and len(x & y) >= 0.6 * len(x | y):
+            return "mood"  # the same claim in another mood; worded apart, the models read it
+    return None
+
+
+_DETERMINERS = tf._wordset("the my our your his her their its this that these those a an")
+
+
+def _other_qualifier(a: str, b: str) -> bool:
+    """Both open on the same thing told apart by another word before it ("my older brother" / "my younger
+    brother", "the staging cluster" / "the production cluster", "the mobile app" / "the web app"): two things
+    of one kind, each with its own facts, neither an update nor a restatement of the other. Read only at the
+    start of each (the subject), where a qualifier names which thing; another adjective on an object ("drives
+    a red car" / "a blue car") is a value, the models' to read."""
+    def opening(text: str) -> tuple[str, str] | None:
+        w = list(tf.words(text)[:4])
+        if not w or not (w[0] in _DETERMINERS or w[0].endswith("'s")):
+            return None  # no noun phrase first ("Ana lives ...", "weight 56 kg")
+        while w and (w[0] in _DETERMINERS or w[0].endswith("'s")):
+            w = w[1:]
+        if len(w) < 2 or w[0] in tf.STOPWORDS or w[1] in tf.STOPWORDS or w[0] in _WHEN:
+            return None
+        return w[0], w[1]
+
+    x, y = opening(a), opening(b)
+    if x is None or y is None or tf.stem(x[1]) != tf.stem(y[1]) or tf.stem(x[0]) == tf.stem(y[0]):
+        return False
+    if difflib.SequenceMatcher(a=x[0], b=y[0]).ratio() >= 0.75:
+        return False  # one word spelt two ways ("favorite" / "favourite")
+    return x[0] not in tf.words(b) and y[0] not in tf.words(a)
+
+
+_WHEN = tf._wordset("new old current former latest previous first next last present recent ex now usual")
+"""Qualifiers that date a thing rather than tell two apart ("my old car" / "my new car" is an update)."""
 
 
 def _substituted(a: str, b: str) -> bool:

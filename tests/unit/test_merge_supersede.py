@@ -290,3 +290,38 @@ def test_a_merge_never_puts_one_value_in_anothers_place(mem: Callable[..., Memor
                  ("User hates olives.", "Can't stand olives."),
                  ("Runs 5 km daily.", "Run 5 km daily.")):
         assert not ms._substituted(*same)
+
+
+@pytest.mark.parametrize(("older", "newer", "gate"), [
+    ("Is Bo vegetarian?", "Bo is vegetarian.", "question"),
+    ("Rue likes olives.", "Does Rue like olives?", "question"),
+    ("Tam owns a canoe.", "Tam would love to own a canoe.", "mood"),
+    ("Gil speaks Greek.", "Gil hopes to speak Greek one day.", "mood"),
+    ("The service supports gzip.", "The service should support gzip.", "mood"),
+    ("My older sister lives in Derry.", "My younger sister moved to Sligo.", "qualifier"),
+    ("The staging database runs Postgres 14.", "The production database was upgraded to Postgres 16.", "qualifier"),
+])
+def test_no_automatic_action_between_a_fact_and_a_question_a_wish_or_another_thing_of_its_kind(
+        mem: Callable[..., Memory], older: str, newer: str, gate: str) -> None:
+    """A blind audit's minimal pairs (its own words; these are others of the same shapes): the learned judge
+    merged questions and wishes into the facts they ask or wish for (keeping the wish, hiding the fact), and
+    let "my younger brother moved" replace "my older brother lives"."""
+    from dreamstream.agents.learned_judge import LearnedJudge
+    from dreamstream.streams.core import judge_model
+
+    judge: LearnedJudge = judge_model.learned_judge()
+    for d in ms.decide_with(judge, mem(newer), [mem(older)]):
+        assert d.action not in ("merge_old", "merge_new", "supersede"), (d.action, d.rule)
+    assert (ms._other_mood(newer, older, True) or ("qualifier" if ms._other_qualifier(newer, older) else None)) == gate
+
+
+@pytest.mark.parametrize(("older", "newer"), [
+    ("The user is planning a trip to Oslo in May.", "May trip: a week in Oslo."),  # a plan is a fact of its own
+    ("User wants Tailwind for styling.", "Styling uses Tailwind."),  # "wants" a thing: a preference
+    ("My old car is a Fiat.", "My new car is a Volvo."),  # a qualifier that dates is an update's
+    ("My favorite food is ramen.", "My favourite food is pho."),  # one word spelt two ways
+    ("Ana lives in Lisbon.", "Ana moved to Porto."),
+    ("Zoe drives a red car.", "Zoe drives a blue car."),
+])
+def test_the_mood_and_qualifier_gates_leave_plans_preferences_and_updates_to_the_models(older: str, newer: str) -> None:
+    assert ms._other_mood(newer, older, True) is None and not ms._other_qualifier(newer, older)
