@@ -48,7 +48,18 @@ def main() -> None:
     """The `dream` entry point: errors as one line (a traceback only with --debug), a closed pipe
     (`| head`) quietly."""
     try:
-        dream(prog_name="dream")
+        code = dream.main(prog_name="dream", standalone_mode=False)
+        sys.exit(code if isinstance(code, int) and not isinstance(code, bool) else 0)  # --help, --version, ctx.exit
+    except click.UsageError as exc:  # click's own form is three lines (usage, hint, error): one, with the hint
+        where = exc.ctx.command_path if exc.ctx is not None else "dream"
+        click.echo(f"Error: {' '.join(exc.format_message().split())} (see `{where} -h`)", err=True)
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        click.echo(f"Error: {exc.format_message()}", err=True)
+        sys.exit(exc.exit_code)
+    except click.Abort:
+        click.echo("Aborted.", err=True)
+        sys.exit(1)
     except DreamError as exc:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(1)

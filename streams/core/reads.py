@@ -71,7 +71,7 @@ def read_query(params: Mapping[str, str]) -> ReadQuery:
     text = params.get("q")
     text = text if text and text.strip() else None
     raw = params.get("limit", "50" if text else str(MAX_LIMIT))
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_LIMIT:
+    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_LIMIT:  # "²" is a digit to isdigit
         raise ValueError(f"limit must be a whole number from 1 to {MAX_LIMIT}, not {raw[:20]!r}")
     threshold = params.get("threshold")
     floor = None

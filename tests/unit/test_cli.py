@@ -151,8 +151,14 @@ def test_messages_that_used_to_lie_or_sprawl(tmp_path: Path) -> None:
     flag = dream("worker", "-p", "6067")
     assert flag.returncode == 1 and "DREAM_HTTP_PORT" in flag.stderr and len(flag.stderr.strip().splitlines()) == 1
     both = dream("get", "--user", "u", "--latest-only", "--include-merged", "--store", str(tmp_path / "s"))
-    assert both.returncode == 2 and both.stderr.strip().endswith(
-        "Error: --latest-only and --include-merged exclude each other")
+    assert both.returncode == 2 and both.stderr.strip().splitlines() == [
+        "Error: --latest-only and --include-merged exclude each other (see `dream get -h`)"]
+    # click's usage errors came as three lines (usage, hint, error): one now, naming where help is
+    unknown = dream("get", "--bogus")
+    assert unknown.returncode == 2 and unknown.stderr.strip().splitlines() == [
+        "Error: No such option: --bogus Did you mean --user? (see `dream get -h`)"]
+    assert dream("nosuch").stderr.strip().splitlines() == ["Error: No such command 'nosuch'. (see `dream -h`)"]
+    assert dream("--version").returncode == 0
     try:
         new_event({"user_id": "u", "text": "x", "created_at": "yesterday"})
     except InvalidEvent as exc:

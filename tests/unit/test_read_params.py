@@ -20,6 +20,14 @@ def test_unknown_parameters_are_refused_known_ones_pass() -> None:
             memories.check_params({"user": "u", typo: "1"})
 
 
+def test_a_limit_is_a_whole_number_in_range_with_the_same_message_for_every_bad_one() -> None:
+    """"²" and "٣" are digits to str.isdigit but not to int(): they answered with Python's own message."""
+    assert reads.read_query({"user": "u", "limit": "7"}).limit == 7
+    for bad in ("²", "٣", "0", "1001", "-1", "x", ""):
+        with pytest.raises(ValueError, match="^limit must be a whole number from 1 to"):
+            reads.read_query({"user": "u", "limit": bad})
+
+
 def test_threshold_needs_a_search_and_a_number_from_0_to_1() -> None:
     assert reads.read_query({"user": "u", "q": "x", "threshold": "0.4"}).threshold == 0.4
     for bad in ({"user": "u", "threshold": "0.4"}, {"user": "u", "q": "x", "threshold": "2"},
