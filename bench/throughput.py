@@ -44,7 +44,7 @@ import scale  # noqa: E402  (bench/scale.py)
 from dreamstream.streams import settings as settings_mod  # noqa: E402
 from dreamstream.streams.core.embedding import Embedder  # noqa: E402
 from dreamstream.streams.core.ingest import EMBED_CHUNK  # noqa: E402
-from dreamstream.streams.dev.localrun import ROOT, WorkerProcess, produce, user_key  # noqa: E402
+from dreamstream.streams.dev.localrun import NAMES, ROOT, WorkerProcess, delete_topics_named, produce, user_key  # noqa: E402
 
 CASE = ROOT.parent / "shared" / "bench" / "dev" / "events.jsonl"
 OUT = ROOT / "var" / "bench"
@@ -424,6 +424,7 @@ def main() -> int:
         for row in server:
             print(f"| {row['workers']} | {row['events_per_s']:.1f} | {row['store_calls_per_event']:.2f} |")
     print(f"\nwritten: {OUT / 'result.json'}, {OUT / 'throughput.png'}")
+    asyncio.run(delete_topics_named(kafka, NAMES))  # its workers' topics: a broker that keeps them slows to start
     return 0
 
 

@@ -220,6 +220,9 @@ class Settings(_EnvSettings):
     """When set, the HTTP API (/v1/...) needs `Authorization: Bearer <token>`; when unset it answers
     loopback clients only."""
     control_token: OptStr = Field(default=None, validation_alias="DREAM_CONTROL_TOKEN")
+    erase_secret: OptStr = Field(default=None, validation_alias="DREAM_ERASE_SECRET")
+    """The key the workers sign `user.erase` records with (the same on every worker). Unset: derived from
+    DREAM_CONTROL_TOKEN and DREAM_API_TOKEN, so rotating a token dead-letters the erases still queued."""
     retention_file: OptStr = Field(default=None, validation_alias="DREAM_RETENTION_FILE")
     """JSON {metadata.type: days | null} laid over the default retention policies."""
     embed_backend: Literal["onnx", "onnx-int8", "torch"] = Field(default="onnx", validation_alias="DREAM_EMBED_BACKEND")
@@ -254,8 +257,11 @@ class Settings(_EnvSettings):
 
     @property
     def erase_key(self) -> bytes | None:
-        """The key the worker signs `user.erase` records with, from its tokens (every worker of a group has
-        the same); None when neither is set (an open development setup: anyone may erase, as through the API)."""
+        """The key the worker signs `user.erase` records with: DREAM_ERASE_SECRET, else from its tokens (every
+        worker of a group has the same); None when none is set (an open development setup: anyone may erase,
+        as through the API)."""
+        if self.erase_secret:
+            return hashlib.sha256(b"dreamstream user.erase secret\0" + self.erase_secret.encode()).digest()
         if not (self.control_token or self.api_token):
             return None
         secret = f"{self.control_token or ''}\0{self.api_token or ''}".encode()

@@ -107,7 +107,7 @@ def kafka() -> Iterator[str]:
         subprocess.run([str(ROOT / "deploy" / "kafka" / "kafka.sh"), "start"], check=True)
     yield f"127.0.0.1:{KAFKA_PORT}"
     try:
-        asyncio.run(localrun.delete_topics_named(f"127.0.0.1:{KAFKA_PORT}", [*localrun.NAMES, *UNIQUES]))
+        asyncio.run(localrun.delete_topics_named(f"127.0.0.1:{KAFKA_PORT}", localrun.NAMES, UNIQUES))
     except Exception as exc:  # never fail a run over its clean-up
         print(f"conftest: the session's topics were not deleted ({exc})")
 

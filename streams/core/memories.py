@@ -219,8 +219,8 @@ def hard_delete_memory(store: MemoryStore, memory_id: str, user: str) -> list[di
         change.set(mid, fields)
     _move_pass_records(store, change, got, set(derived), user)
     change.events = events
-    if not change.holder:  # nothing else linked: the deleted one carries the intent, as a tombstone
-        change.holder = memory_id
+    if not change.holder:  # nothing else linked: one the change updates (a pass record's heir), else a tombstone
+        change.holder = next((mid for mid in sorted(change.updates) if mid not in change.deletes), memory_id)
     changes.apply(store, change)
     store.flush()
     return events

@@ -59,6 +59,16 @@ def plan_undo(store: MemoryStore, decision_id: str, by: str | None = None) -> ch
                 change.events.append(status_event(decision_id, mid, m.user_id, m.status, restored["status"], None,
                                                   "undo", evidence, undo=True))
                 change.set(mid, {**restored, "updated_at": stamp})
+        for mid in record.get("targets", []):
+            # A pattern another delete retired while this one already stood (so this record does not list it):
+            # back too, once every source it quotes is current again.
+            for p in store.scroll({"sources": mid, "user_id": owner.user_id, "kind": "pattern", "status": "expired"}):
+                if p.memory_id in change.updates or not (p.decision_ids and p.decision_ids[-1].startswith("del-")):
+                    continue  # listed here, or retired by synthesis since (its run decides)
+                if _quotes_only_current(store, p, record, owner.user_id):
+                    change.events.append(status_event(decision_id, p.memory_id, p.user_id, "expired", "active", None,
+                                                      "undo", evidence, undo=True))
+                    change.set(p.memory_id, {"status": "active", "updated_at": stamp})
     else:
         # Only the decision's own user's memories: an id freed by a hard delete may since name another user's.
         members = {k: m for k, m in store.retrieve([new_id, *record["targets"]]).items() if m.user_id == owner.user_id}

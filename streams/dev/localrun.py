@@ -33,17 +33,22 @@ NAMES: list[str] = []
 so a test session can delete what it created (`delete_topics_named`)."""
 
 
-async def delete_topics_named(kafka: str, names: list[str]) -> int:
-    """Deletes the broker's topics whose names hold one of `names` (a test session's own), so that a
-    developer's broker does not gather thousands of partitions (its start slows to minutes)."""
+async def delete_topics_named(kafka: str, names: list[str], fragments: list[str] | None = None) -> int:
+    """Deletes a test session's own topics: its workers' (`names`) and any holding one of its random
+    `fragments`, so that a developer's broker does not gather thousands of partitions (its start slows to
+    minutes)."""
     from aiokafka.admin import AIOKafkaAdminClient
 
-    if not names:
+    fragments = fragments or []
+    if not names and not fragments:
         return 0
     admin = AIOKafkaAdminClient(bootstrap_servers=kafka, request_timeout_ms=30000)
     await admin.start()
     try:
-        doomed = sorted(t for t in await admin.list_topics() if any(n in t for n in names))
+        # exactly a worker's names ("added-NAME", faust's "dream-NAME-..."): "api-123" must not take "api-1234"'s
+        doomed = sorted(t for t in await admin.list_topics()
+                        if any(t.endswith(f"-{n}") or t.startswith(f"dream-{n}-") for n in names)
+                        or any(f in t for f in fragments))
         for i in range(0, len(doomed), 100):
             await admin.delete_topics(doomed[i:i + 100], timeout_ms=30000)
         return len(doomed)

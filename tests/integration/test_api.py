@@ -9,6 +9,7 @@ import json
 import os
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ DREAM = str(Path(sys.executable).with_name("dream"))
 
 @pytest.fixture(scope="module")
 def worker(kafka: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
-    w = WorkerProcess(kafka, f"api-{os.getpid()}", tmp_path_factory.mktemp("api"), {"DREAM_API_TOKEN": TOKEN})
+    w = WorkerProcess(kafka, f"api-{uuid.uuid4().hex[:10]}", tmp_path_factory.mktemp("api"), {"DREAM_API_TOKEN": TOKEN})
     w.start()
     yield w
     w.stop()

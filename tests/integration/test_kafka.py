@@ -213,3 +213,34 @@ def test_records_retention_removed_while_the_worker_was_down_do_not_stall_it(kaf
         assert asyncio.run(committed(group, topic)) == 30 and worker.health()[0] == 200
     finally:
         worker.stop()
+
+
+def test_a_sessions_clean_up_deletes_only_its_own_workers_topics(kafka: str, unique: str) -> None:
+    """Matched as substrings, a session's worker "api-123" took the live topics of another session's
+    "api-1234" on a shared broker."""
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    from dreamstream.streams.dev.localrun import delete_topics_named
+
+    mine, theirs = f"cl{unique}", f"cl{unique}9"
+    names = [f"added-{mine}", f"dream-{mine}-users-changelog", f"added-{theirs}", f"dream-{theirs}-users-changelog"]
+
+    async def topics() -> set[str]:
+        admin = AIOKafkaAdminClient(bootstrap_servers=kafka)
+        await admin.start()
+        try:
+            return {t for t in await admin.list_topics() if unique in t}
+        finally:
+            await admin.close()
+
+    async def create() -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=kafka)
+        await admin.start()
+        try:
+            await admin.create_topics([NewTopic(n, 1, 1) for n in names])
+        finally:
+            await admin.close()
+
+    asyncio.run(create())
+    assert asyncio.run(delete_topics_named(kafka, [mine])) == 2
+    assert asyncio.run(topics()) == {f"added-{theirs}", f"dream-{theirs}-users-changelog"}

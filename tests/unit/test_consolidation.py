@@ -836,3 +836,20 @@ def consolidation_record(proc: Processor, decision_id: str) -> dict[str, Any]:
             if rec.get("decision_id") == decision_id:
                 return rec
     raise KeyError(decision_id)
+
+
+def test_a_passs_memory_can_be_hard_deleted_after_what_it_merged(proc: Processor) -> None:
+    """Moving the pass's record to a memory it touched made that memory the change's only update while the
+    deleted one stayed its holder: "its holder cannot be deleted", and the memory's text stayed stored."""
+    from dreamstream.streams.core import memories as mem
+
+    plan, _ = runner.make_plan(proc.store, "u1", "proj", cons.DEFAULT_RETENTION, now=NOW)
+    outcome, _ = runner.apply_plan(proc.store, proc.embed, plan, {0: "A"})
+    new_id = proc.store.retrieve(["pg-1"])["pg-1"].merged_into
+    assert outcome.decision_id is not None and new_id is not None
+    for mid in ("pg-1", "pg-2", new_id):
+        assert mem.hard_delete_memory(proc.store, mid, "u1")
+    assert proc.store.retrieve(["pg-1", "pg-2", new_id]) == {}
+    proc.undo(outcome.decision_id)  # the rest of the pass (its resolve and prunes) still comes back
+    assert consolidation_record(proc, outcome.decision_id)["undone"]
+    _consistent(proc)

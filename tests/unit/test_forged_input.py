@@ -134,3 +134,12 @@ def test_only_an_erase_the_worker_signed_erases_where_a_token_is_set(edge_store,
     signed = {**erase, "signature": erase_signature(key, erase)}
     result = proc.process([Incoming(raw=orjson.dumps(signed), key=b"u-1", topic="t", partition=0, offset=2)])
     assert not result.dead_letters and result.erased == ["u-1"] and edge_store.retrieve(["m-1"]) == {}
+
+
+def test_a_set_erase_secret_keeps_the_key_when_a_token_changes() -> None:
+    """Keyed from the tokens alone, a rotated API token dead-lettered every erase still queued."""
+    from dreamstream.streams.settings import Settings
+
+    assert Settings(api_token="a").erase_key != Settings(api_token="b").erase_key
+    assert Settings(erase_secret="s", api_token="a").erase_key == Settings(erase_secret="s", api_token="b").erase_key
+    assert Settings().erase_key is None

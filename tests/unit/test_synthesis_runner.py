@@ -307,3 +307,24 @@ def test_undoing_one_sources_delete_leaves_a_pattern_quoting_another_deleted_sou
     assert edge_store.retrieve([first])[first].status == "active"
     assert edge_store.retrieve([pattern.memory_id])[pattern.memory_id].status == "expired"
     assert pattern.memory_id not in {r["memory_id"] for r in reads.get(edge_store, "u1")}
+
+
+def test_undoing_both_source_deletes_oldest_first_brings_the_pattern_back(
+        edge_store: Any, embedder: Any, tmp_path: Path) -> None:
+    """The second delete did not list the pattern (the first had retired it already), so once the first
+    undo had to leave it retired, no undo ever brought it back."""
+    from dreamstream.streams.core import memories
+    from dreamstream.streams.core.undo import undo_decision
+
+    ingest(Processor(edge_store, embedder), events("u1"))
+    state = runner.SynthesisState.load(tmp_path / "state.json")
+    runner.enable(state, None, T0)
+    run(edge_store, embedder, state)
+    [pattern] = patterns(edge_store)
+    first, second = pattern.sources[:2]
+    one = memories.delete_memory(edge_store, first, "u1") or []
+    two = memories.delete_memory(edge_store, second, "u1") or []
+    undo_decision(edge_store, one[0]["decision_id"])
+    assert edge_store.retrieve([pattern.memory_id])[pattern.memory_id].status == "expired"
+    undo_decision(edge_store, two[0]["decision_id"])
+    assert edge_store.retrieve([pattern.memory_id])[pattern.memory_id].status == "active"
