@@ -451,13 +451,25 @@ def _control(proc: Any, command: str, args: Mapping[str, Any], retention: Mappin
 # --- access, light and full consolidation ---------------------------------------------------------
 
 
-def record_access(store: MemoryStore, memory_ids: Sequence[str], at: str | None = None) -> int:
+def record_access(store: MemoryStore, memory_ids: Sequence[str], at: str | None = None,
+                  position: tuple[int, int] | None = None) -> int:
     """Notes one read of these memories (read together): last access and count now, the rest pending
-    until light consolidation folds it into stability and co-access weights."""
+    until light consolidation folds it into stability and co-access weights. `position` (the event's Kafka
+    partition and offset) makes it once per memory: a memory keeps the last one it counted, and an event
+    read again after a crash (offsets are committed about every second) passes over the memories it
+    counted already. Returns how many memories it counted."""
     at = at or now_iso()
     got = store.retrieve(list(dict.fromkeys(memory_ids)))
+    counted = 0
     for mid, m in got.items():
+        done = m.access.get("position")
+        if position is not None and isinstance(done, list) and len(done) == 2 and done[0] == position[0] \
+                and int(done[1]) >= position[1]:
+            continue  # counted when this event was first read
+        counted += 1
         access = dict(m.access)
+        if position is not None:
+            access["position"] = list(position)
         others = [x for x in got if x != mid]
         access["count"] = int(access.get("count", 0)) + 1
         access["last"] = max(str(access.get("last") or ""), at)
@@ -465,7 +477,7 @@ def record_access(store: MemoryStore, memory_ids: Sequence[str], at: str | None 
         pending.append({"at": at, "with": others})
         access["pending"] = pending[-500:]  # a bound, in case light consolidation never runs
         store.update(mid, {"access": access})
-    return len(got)
+    return counted
 
 
 def _summary(kind: str, started: float, processed: int, changed: Mapping[str, int], dry_run: bool,
@@ -512,9 +524,14 @@ def light(store: MemoryStore, user_id: str | None = None, dry_run: bool = False,
                 changed["links_dropped"] += len(set(before) - set(after))
                 changed["links_strengthened"] += sum(1 for k, w in after.items() if w > before.get(k, 0.0))
                 updates.setdefault(m.memory_id, {})["links"] = after
-        if not dry_run:
-            for mid, fields in updates.items():
-                store.update(mid, fields)
+        if not dry_run and updates:
+            # One crash-safe change per user (an intent on one memory, rolled forward by `changes.recover`):
+            # written memory by memory, a crash left links one way, and the rerun folded the reads still
+            # pending a second time into weights the first run had already strengthened.
+            holder = min(updates)
+            changes.apply(store, changes.Change(change_id=f"light-{holder}", holder=holder, updates=updates))
+            if not store.retrieve([holder])[holder].outbox:
+                store.update(holder, {"outbox_state": "sent"})  # an intent with no events: nothing to send
     if not dry_run:
         store.flush()
     return _summary("light", started, processed, changed, dry_run)

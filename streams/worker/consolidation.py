@@ -187,11 +187,12 @@ def parse_access(raw: bytes) -> dict[str, Any]:
     return {"type": ACCESSED, "user_id": user, "memory_ids": ids, "accessed_at": at}
 
 
-def apply_access(store: Any, event: dict[str, Any]) -> int:
-    """Only the user's own memories count: an id of another user's memory is ignored."""
+def apply_access(store: Any, event: dict[str, Any], position: tuple[int, int] | None = None) -> int:
+    """Only the user's own memories count: an id of another user's memory is ignored. `position`: the
+    record's partition and offset, so that a record read again is not counted twice."""
     got = store.retrieve(event["memory_ids"])
     own = [mid for mid, m in got.items() if m.user_id == event["user_id"]]
-    return runner.record_access(store, own, event["accessed_at"]) if own else 0
+    return runner.record_access(store, own, event["accessed_at"], position) if own else 0
 
 
 def access_event(user: str, memory_ids: list[str]) -> bytes:
@@ -209,7 +210,8 @@ async def accessed(stream: faust.StreamT) -> None:
             continue
         try:
             proc = await processor()
-            await on_store_thread(apply_access, proc.store, access)
+            message = event.message
+            await on_store_thread(apply_access, proc.store, access, (message.partition, message.offset))
             health.recovered("consolidation.access")
         except Exception as exc:  # the stream goes on; the event is kept as a dead letter for a retry
             health.failed("consolidation.access", exc)

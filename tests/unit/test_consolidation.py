@@ -853,3 +853,16 @@ def test_a_passs_memory_can_be_hard_deleted_after_what_it_merged(proc: Processor
     proc.undo(outcome.decision_id)  # the rest of the pass (its resolve and prunes) still comes back
     assert consolidation_record(proc, outcome.decision_id)["undone"]
     _consistent(proc)
+
+
+def test_an_access_event_read_again_is_counted_once_per_memory(proc: Processor) -> None:
+    """memory.accessed offsets are committed about every second: after a crash the same events were counted
+    again (461 reads for 400 events), and a crash inside one event counted some of its memories twice."""
+    assert runner.record_access(proc.store, ["pg-1", "pg-2"], "2026-11-01T00:00:00Z", (3, 10)) == 2
+    assert runner.record_access(proc.store, ["pg-1", "pg-2"], "2026-11-01T00:00:00Z", (3, 10)) == 0  # read again
+    proc.store.update("pg-2", {"access": {}})  # as if the crash came between its two memories' writes
+    assert runner.record_access(proc.store, ["pg-1", "pg-2"], "2026-11-01T00:00:00Z", (3, 10)) == 1
+    assert runner.record_access(proc.store, ["pg-1"], "2026-11-02T00:00:00Z", (3, 11)) == 1  # the next one counts
+    got = proc.store.retrieve(["pg-1"])["pg-1"].access
+    assert got["count"] == 2 and len(got["pending"]) == 2
+    assert runner.record_access(proc.store, ["pg-1"], "2026-11-03T00:00:00Z") == 1  # no position (a CLI read)

@@ -304,3 +304,34 @@ def test_an_intent_on_a_long_unchanged_holder_is_young_to_a_recovering_worker(tm
     assert [e["memory_id"] for e in changes.recover(store)] == [gone.memory_id]  # its own writer finishes it
     assert store.retrieve([gone.memory_id])[gone.memory_id].status == "merged"
     store.close()
+
+
+def test_light_consolidation_killed_after_any_write_ends_as_a_clean_run(tmp_path: Path, embedder: Any) -> None:
+    """Light wrote each memory's links and cleared its pending reads one memory at a time: a crash left links
+    one way, and the rerun folded the reads still pending into weights already strengthened (0.51 -> 0.655)."""
+    def reads(store: Any) -> None:
+        for at in ("2026-11-01T00:00:00Z", "2026-11-10T00:00:00Z", "2026-11-20T00:00:00Z"):
+            runner.record_access(store, ["pg-1", "pg-2", "fri-1"], at)
+        runner.record_access(store, ["pg-1", "fri-2"], "2026-11-21T00:00:00Z")
+
+    def links(store: Any) -> dict[str, Any]:
+        return {m.memory_id: (m.links, m.access.get("stability"), m.access.get("pending"), bool(m.pending))
+                for m in store.scroll()}
+
+    clean = fresh(tmp_path, "clean", embedder)
+    reads(clean)
+    counting = CrashAfter(clean, 0)
+    runner.light(counting, "u1")
+    runner.light(clean, "u1")  # run twice, as the crashed ones are below (each run weakens unread links)
+    expected = links(clean)
+    clean.close()
+    assert counting.writes >= 3 and expected["pg-1"][0]
+    for n in range(1, counting.writes + 1):
+        store = fresh(tmp_path, f"light-{n}", embedder)
+        reads(store)
+        with contextlib.suppress(Crash):
+            runner.light(CrashAfter(store, n), "u1")
+        changes.recover(store)  # what the worker and `dream consolidate` do first
+        runner.light(store, "u1")  # and the run again
+        assert links(store) == expected, f"killed after write {n}"
+        store.close()
