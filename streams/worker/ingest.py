@@ -21,8 +21,9 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from dreamstream.schemas.errors import StoreError
 from dreamstream.schemas.events import USER_ERASE, erase_signature, now_iso
 from dreamstream.streams import faults
+from dreamstream.streams.core import changes
 from dreamstream.streams.core import consolidation as runner
-from dreamstream.streams.core.ingest import ERASED, Incoming, Processor, erased_before, forget_reprocess
+from dreamstream.streams.core.ingest import ERASED, Incoming, Processor, erase_intent, erased_before, forget_reprocess
 from dreamstream.streams.worker import health, metrics
 from dreamstream.streams.worker.app import (
     _runtime,
@@ -238,11 +239,16 @@ async def request_erase(user: str, request: str | None, issued_by: str) -> dict[
         done = await on_store_thread(erased_before, os.path.join(settings.data_dir, "erase"), request)
     if done is not None:
         return {"user": user, "deleted": done, "erased": True, "request": request}
-    record: dict[str, Any] = {"type": USER_ERASE, "event_id": f"erase-{request}", "user_id": user,
-                              "request": request, "issued_by": issued_by, "created_at": now_iso()}
-    if settings.erase_key is not None:
-        record["signature"] = erase_signature(settings.erase_key, record)
-    await deliver([(memory_added_topic, user.encode(), orjson.dumps(record))])
+    # Sent already, not yet applied (ingest paused or behind, and this command read again after a crash):
+    # a second record would take the adds the user makes before ingest reaches the first.
+    sent = erase_intent(os.path.join(settings.data_dir, "erase"), request).removesuffix(".json") + ".sent"
+    if not await on_store_thread(os.path.exists, sent):
+        record: dict[str, Any] = {"type": USER_ERASE, "event_id": f"erase-{request}", "user_id": user,
+                                  "request": request, "issued_by": issued_by, "created_at": now_iso()}
+        if settings.erase_key is not None:
+            record["signature"] = erase_signature(settings.erase_key, record)
+        await deliver([(memory_added_topic, user.encode(), orjson.dumps(record))])
+        await on_store_thread(changes.write_durably, sent, b"")
     await on_store_thread(runner.forget_plans, settings.data_dir, user)  # plans hold the user's texts
     deadline = asyncio.get_running_loop().time() + settings.erase_wait_seconds
     while request not in ERASED and asyncio.get_running_loop().time() < deadline:

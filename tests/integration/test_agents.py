@@ -264,6 +264,8 @@ async def test_an_erase_command_read_again_after_its_erase_ran_sends_nothing(
     assert sent == []
     first = await ingest_mod.request_erase(user, None, "ops")  # a new request is sent as ever
     assert first["erased"] == "queued"
+    # Read again while its record waits behind the user's adds (no ingest runs here): not sent twice.
+    assert (await ingest_mod.request_erase(user, first["request"], "ops"))["erased"] == "queued"
     sent = await consume_all(kafka, appmod.memory_added_topic.get_topic_name(), expect=10**6, timeout=3,
                              keep=lambda r: r.key == user.encode())
     assert [e["request"] for e in sent] == [first["request"]]
