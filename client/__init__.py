@@ -18,6 +18,7 @@ to DREAM_API_TOKEN.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import os
 import time
@@ -197,9 +198,31 @@ def _checked(response: httpx.Response) -> Any:
 
 
 def _headers(token: str | None) -> dict[str, str]:
-    """The bearer token given, else DREAM_API_TOKEN's (the worker reads the same variable)."""
+    """The bearer token given, else DREAM_API_TOKEN's (the worker reads the same variable). One with a line
+    break or a non-ASCII letter cannot go in a header: said so here, not as a worker that is not there."""
     token = token if token is not None else os.environ.get("DREAM_API_TOKEN") or None
+    if token and not (token.isascii() and token.isprintable() and token == token.strip()):
+        raise DreamError("the API token must be printable ASCII without surrounding spaces or line breaks "
+                         "(DREAM_API_TOKEN, or token=)")
     return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def _encoded(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A `json=` body written here: dates and times as ISO 8601 text (created_at=datetime.now(UTC)), and
+    anything else JSON cannot hold a DreamError, not json's TypeError."""
+    if "json" not in kwargs:
+        return kwargs
+
+    def iso(value: Any) -> Any:
+        if isinstance(value, (datetime.datetime, datetime.date)):
+            return value.isoformat()
+        raise TypeError(f"{type(value).__name__} is not JSON")
+
+    try:
+        content = json.dumps(kwargs.pop("json"), default=iso, allow_nan=False).encode()
+    except (TypeError, ValueError) as exc:
+        raise DreamError(f"the request cannot be sent as JSON: {exc}") from None
+    return {**kwargs, "content": content, "headers": {**kwargs.get("headers", {}), "Content-Type": "application/json"}}
 
 
 def _transport_error(url: str, exc: httpx.HTTPError) -> DreamError:
@@ -240,6 +263,7 @@ class Client:
         self._http = httpx.Client(base_url=url, headers=_headers(token), timeout=timeout)
 
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        kwargs = _encoded(kwargs)
         try:
             return _checked(self._http.request(method, path, **kwargs))
         except httpx.HTTPError as exc:
@@ -362,6 +386,7 @@ class AsyncClient:
         self._http = httpx.AsyncClient(base_url=url, headers=_headers(token), timeout=timeout)
 
     async def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        kwargs = _encoded(kwargs)
         try:
             return _checked(await self._http.request(method, path, **kwargs))
         except httpx.HTTPError as exc:

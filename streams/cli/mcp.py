@@ -26,10 +26,29 @@ def build(url: str, token: str | None) -> Any:
     """The MCP server and its tools, each one call of the API client."""
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
+    from pydantic import ValidationError
 
     from dreamstream.client import AsyncClient, DreamError
 
-    server = MCPServer("dreamstream", instructions=(
+    class Server(MCPServer):
+        async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+            """An argument the tool does not take is refused (it was dropped: `metadata` on add_memory
+            stored nothing), and a wrong one is one line naming the field, not pydantic's four."""
+            schema = self._tool_input_schema(name)
+            known = (schema or {}).get("properties") or {}
+            if schema is not None and (unknown := sorted(set(arguments) - set(known))):
+                raise ToolError(f"{name} takes no argument {unknown[0][:40]!r}; it takes {', '.join(known)}")
+            try:
+                return await super().call_tool(name, arguments, context)
+            except ToolError as exc:
+                cause = exc.__cause__
+                if isinstance(cause, ValidationError) and cause.errors():
+                    first = cause.errors()[0]
+                    where = ".".join(str(part) for part in first["loc"]) or "arguments"
+                    raise ToolError(f"{name}: {where}: {first['msg']}") from cause
+                raise
+
+    server = Server("dreamstream", instructions=(
         "Long-term memory per user. Store durable facts, preferences and decisions with add_memory; "
         "look them up with search_memories before answering. Results list current facts first; rows "
         "labelled history were replaced (replaced_by says by what)."))
@@ -126,6 +145,11 @@ def build(url: str, token: str | None) -> Any:
         it, and every decision with its evidence (each can be undone by its decision id)."""
         return await call(lambda api: api.history(memory_id, user_id))
 
+    for tool in ("add_memory", "search_memories", "list_memories", "update_memory", "delete_memory", "get_memory",
+                 "memory_history"):
+        schema = server._tool_input_schema(tool)
+        if schema is not None:
+            schema["additionalProperties"] = False  # said in the schema an agent reads, as call_tool enforces
     return server
 
 

@@ -287,16 +287,46 @@ def _cursor(offset: int) -> str:
     return base64.urlsafe_b64encode(orjson.dumps({"o": offset})).decode().rstrip("=")
 
 
+def _key_cursor(key: tuple[int, str, str]) -> str:
+    return base64.urlsafe_b64encode(orjson.dumps({"k": list(key)})).decode().rstrip("=")
+
+
+def _decoded(cursor: str) -> dict[str, Any]:
+    try:
+        value = orjson.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+    except (ValueError, TypeError) as exc:
+        raise ValueError("cursor is not one this API gave out") from exc
+    if not isinstance(value, dict):
+        raise ValueError("cursor is not one this API gave out")
+    return value
+
+
 def _offset(cursor: str | None) -> int:
     if not cursor:
         return 0
-    try:
-        value = orjson.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))["o"]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ValueError("cursor is not one this API gave out") from exc
+    value = _decoded(cursor).get("o")
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_OFFSET:
         raise ValueError("cursor is not one this API gave out")
     return value
+
+
+def _after(cursor: str) -> tuple[int, str, str] | None:
+    """A listing cursor's last row (its place in the listing's order); None for an offset cursor."""
+    value = _decoded(cursor)
+    if "k" not in value:
+        return None
+    key = value["k"]
+    if not (isinstance(key, list) and len(key) == 3 and isinstance(key[0], int) and not isinstance(key[0], bool)
+            and all(isinstance(x, str) and len(x) <= 512 for x in key[1:])):
+        raise ValueError("cursor is not one this API gave out")
+    return key[0], key[1], key[2]
+
+
+def _listing_key(r: Mapping[str, Any]) -> tuple[int, str, str]:
+    """A row's place in a listing: `reads.get`'s order (current first, each group oldest first, then id)."""
+    status = r.get("status")
+    return (0 if status == "active" else 1 if status == "superseded" else 2, str(r.get("created_at") or ""),
+            str(r["memory_id"]))
 
 
 MAX_OFFSET = 1_000_000
@@ -343,8 +373,10 @@ def list_page(store: MemoryStore, embed: Any, read: reads.ReadQuery, where: Mapp
 
     A search's pages are consecutive slices of one order (its matches by score, filters applied before
     slicing), each page current facts first: together they show every match once, and the first page is
-    what `reads.search` gives."""
-    start = _offset(cursor)
+    what `reads.search` gives. A listing's cursor is its last row's place in the listing's order, not a
+    count: a memory added (or replaced) between pages moves no row onto a later page twice, nor off it."""
+    after = _after(cursor) if cursor and not read.text else None
+    start = _offset(cursor) if after is None else 0
 
     def keep(r: Mapping[str, Any]) -> bool:
         return all(_field(r, k) == v for k, v in where.items())
@@ -367,6 +399,8 @@ def list_page(store: MemoryStore, embed: Any, read: reads.ReadQuery, where: Mapp
         page = reads.current_first_rows(store, matches[start:start + read.limit])
         return Page(rows=page, next_cursor=_cursor(start + read.limit) if more else None)
     rows = [r for r in reads.get(store, read.user, read.mode) if keep(r)]
+    if after is not None:
+        rows = [r for r in rows if _listing_key(r) > after]
     page = rows[start:start + read.limit]
     more = len(rows) > start + read.limit
-    return Page(rows=page, next_cursor=_cursor(start + read.limit) if more else None)
+    return Page(rows=page, next_cursor=_key_cursor(_listing_key(page[-1])) if more and page else None)

@@ -32,6 +32,7 @@ from typing import Any
 import aiohttp
 import orjson
 from aiohttp import web as aioweb
+from cachetools import TTLCache
 from faust.web import Request, Response, View
 from yarl import URL
 
@@ -205,9 +206,46 @@ class MemoriesView(View):
             taken = None
         if taken:  # ingest would dead-letter it: say so now, not after a 202 and a wait that never ends
             return _error(409, taken)  # type: ignore[no-any-return]
-        await deliver([(memory_added_topic, e["user_id"].encode(), orjson.dumps(e)) for e in events])
+        clash = _reserve(events)  # no await between this check and the reservation: concurrent adds see it
+        if clash:
+            return _error(409, clash)  # type: ignore[no-any-return]
+        try:
+            await deliver([(memory_added_topic, e["user_id"].encode(), orjson.dumps(e)) for e in events])
+        except BaseException:
+            for e in events:  # nothing was accepted: the ids are free again
+                ACCEPTED.pop(f"m\x1f{e['memory_id']}", None)
+                ACCEPTED.pop(f"e\x1f{e['event_id']}", None)
+            raise
         accepted = [{"event_id": e["event_id"], "memory_id": e["memory_id"], "user_id": e["user_id"]} for e in events]
         return _json({"accepted": accepted}, status=202)  # type: ignore[no-any-return]
+
+
+ACCEPTED: TTLCache[str, tuple[str, str]] = TTLCache(maxsize=100_000, ttl=300)
+"""Ids this worker accepted lately (memory_id and event_id: their user and text), which the store may not
+hold yet: two adds at once with one id and other words both passed the store's check, and ingest then
+dead-lettered one after its 202. Per worker: adds through other workers are checked at ingest."""
+
+
+def _reserve(events: list[dict[str, Any]]) -> str | None:
+    """The same 409 as `memories.taken` for an id an add in flight already holds with other content; else
+    the ids are held for these events (the same content again is a retry: accepted)."""
+    for e in events:
+        content = (e["user_id"], e["text"])
+        for key, reason in ((f"m\x1f{e['memory_id']}", "memory_id_conflict: {} was just accepted as another "
+                             "memory"), (f"e\x1f{e['event_id']}", "duplicate_event_id: event_id {} was just "
+                                         "accepted for other content")):
+            held = ACCEPTED.get(key)
+            if held is not None and held != content:
+                return reason.format(key[2:])
+    for e in events:
+        ACCEPTED[f"m\x1f{e['memory_id']}"] = ACCEPTED[f"e\x1f{e['event_id']}"] = (e["user_id"], e["text"])
+    return None
+
+
+def _only_user(request: Request) -> None:
+    """A read or update by id takes ?user= and nothing else: a typo is refused, as a listing refuses it."""
+    if extra := sorted(set(request.query) - {"user"}):
+        raise ValueError(f"unknown parameter {extra[0][:40]!r}: this takes user only")
 
 
 @app.page("/v1/memories/{memory_id}")
@@ -215,6 +253,7 @@ class MemoryView(View):
     @api_call
     async def get(self, request: Request, memory_id: str) -> Response:
         """One memory of the user: ?user=U is required (another user's id answers 404)."""
+        _only_user(request)
         user = reads.user_param(request.query)
         row = await on_store_thread(memories.get_memory, (await processor()).store, memory_id, user)
         if row is None:
@@ -226,6 +265,7 @@ class MemoryView(View):
     async def patch(self, request: Request, memory_id: str) -> Response:
         """An update (?user=U required; body {"text"?, "metadata"?}): a new version through Kafka that
         supersedes this one (kept as history, undoable); 202 with the new version's ids."""
+        _only_user(request)
         user = reads.user_param(request.query)
         body = await _read_json(request)
         event = await on_store_thread(memories.update_event, (await processor()).store, memory_id, user, body)
@@ -267,6 +307,7 @@ class UserView(View):
     async def delete(self, request: Request, user_id: str) -> Response:
         """Erase one user for good (privacy requests): every memory deleted, an audit event on
         memory.status with the count, never the texts. `?confirm=<the same user id>` is required."""
+        reads.user_param({"user": user_id})  # no such user can exist: a 400 now, not a dead letter after the wait
         if request.query.get("confirm") != user_id:
             return _error(400, f"erasing deletes every memory of {user_id} for good: "  # type: ignore[no-any-return]
                                f"add ?confirm={user_id}")
@@ -280,6 +321,7 @@ class UserView(View):
 class HistoryView(View):
     @api_call
     async def get(self, request: Request, memory_id: str) -> Response:
+        _only_user(request)
         user = reads.user_param(request.query)
         out = await on_store_thread(memories.history, (await processor()).store, memory_id, user)
         if out is None:

@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import faust
+from aiohttp import web
 
 from dreamstream.schemas.events import dead_letter
 from dreamstream.streams import settings as settings_mod
@@ -28,6 +29,21 @@ from dreamstream.streams.worker.records import DeadLetter, MemoryStatus
 log = logging.getLogger("dreamstream.app")
 settings = settings_mod.load()
 judges.check_settings(settings)  # a misconfigured judge or writer stops `dream worker` at start, with the reason
+
+@web.middleware
+async def json_errors(request: web.Request, handler: Any) -> web.StreamResponse:
+    """aiohttp's own 404 and 405 (an unknown path, a method a page lacks) as the API's other errors are:
+    JSON `{"error": ...}` with the same status (and `Allow`), not plain text."""
+    try:
+        response: web.StreamResponse = await handler(request)
+        return response
+    except web.HTTPException as exc:
+        if exc.status < 400 or exc.content_type == "application/json":
+            raise
+        headers = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
+        return web.json_response({"error": f"{exc.reason.lower()}: {request.method} {request.path}"},
+                                 status=exc.status, headers=headers)
+
 
 class DreamApp(faust.App):
     async def _on_agent_error(self, agent: Any, exc: BaseException) -> None:
@@ -60,6 +76,7 @@ app = DreamApp(
     producer_acks=-1,
     stream_buffer_maxsize=4096,
     table_standby_replicas=0,  # a worker's timers act on the users its tables hold: active partitions only
+    web_application_options={"middlewares": [json_errors]},
 )
 
 t = settings.topics

@@ -101,6 +101,19 @@ def test_http_errors_are_json_with_a_reason(worker: WorkerProcess) -> None:
     assert big.status_code == 400 and big.json()["error"].startswith("oversize")
     spec = httpx.get(f"{url(worker)}/v1/openapi.json").json()
     assert spec["openapi"].startswith("3.1") and "/v1/memories/{memory_id}/history" in spec["paths"]
+    # An unknown path and a method a page lacks came back as aiohttp's plain text.
+    nowhere = httpx.get(f"{url(worker)}/v1/nowhere", headers=headers)
+    assert nowhere.status_code == 404 and nowhere.json()["error"].startswith("not found")
+    wrong = httpx.post(f"{url(worker)}/v1/stats", headers=headers)
+    assert wrong.status_code == 405 and wrong.json()["error"].startswith("method not allowed")
+    assert wrong.headers["Allow"]
+    typo = httpx.get(f"{url(worker)}/v1/memories/m-1", params={"user": "ana", "usr": "x"}, headers=headers)
+    assert typo.status_code == 400 and "usr" in typo.json()["error"]
+    # Erasing a user id no user can have waited 30 s, answered "queued", and was then dead-lettered.
+    start = time.monotonic()
+    ghost = httpx.delete(f"{url(worker)}/v1/users/%20ana", params={"confirm": " ana"}, headers=headers, timeout=60)
+    assert ghost.status_code == 400 and "user must be printable" in ghost.json()["error"]
+    assert time.monotonic() - start < 5
 
 
 def test_ids_with_url_characters_name_their_own_memory_and_a_taken_id_is_refused(worker: WorkerProcess) -> None:
@@ -118,6 +131,20 @@ def test_ids_with_url_characters_name_their_own_memory_and_a_taken_id_is_refused
             dream.add("bo", "Bo likes tea.", memory_id="m")
         assert taken.value.status == 409 and "memory_id_conflict" in str(taken.value)
         assert dream.add("ida", "Ida keeps bees on her roof.", memory_id="m").memory_id == "m"  # the same: a resend
+
+    # Two adds at once with one new id and other words: both were accepted (neither was stored yet) and ingest
+    # dead-lettered one after its 202.
+    async def race() -> list[int]:
+        async with AsyncClient(url(worker), token=TOKEN) as dream:
+            async def add(text: str) -> int:
+                try:
+                    await dream.add("ida", text, memory_id="m-race")
+                    return 202
+                except DreamAPIError as exc:
+                    return exc.status
+            return sorted(await asyncio.gather(add("Ida is vegan."), add("Ida eats meat daily.")))
+
+    assert asyncio.run(race()) == [202, 409]
 
 
 def test_the_async_client(worker: WorkerProcess) -> None:
@@ -171,6 +198,15 @@ def test_an_agent_uses_dream_mcp_through_the_sdk_client(worker: WorkerProcess) -
                 await asyncio.sleep(0.2)
             got = payload(result)
             assert got["text"] == "Cy is allergic to nuts." and got["label"] == "current"
+            # An argument the tool does not take was dropped (the metadata stored nothing); a wrong type was
+            # pydantic's four lines with a URL.
+            extra = await agent.call_tool("add_memory", {"user_id": "cy", "text": "Cy swims.", "metadata": {}})
+            assert failed(extra) and "add_memory takes no argument 'metadata'" in extra.content[0].text
+            typed = await agent.call_tool("get_memory", {"user_id": 5, "memory_id": added["memory_id"]})
+            assert failed(typed) and typed.content[0].text.strip().splitlines() == [
+                "get_memory: user_id: Input should be a valid string"]
+            schema = next(t for t in (await agent.list_tools()).tools if t.name == "add_memory")
+            assert (getattr(schema, "input_schema", None) or schema.inputSchema)["additionalProperties"] is False
             # A refusal is a tool error with the API's one-line reason, not a successful result.
             foreign = await agent.call_tool("get_memory", {"user_id": "dee", "memory_id": added["memory_id"]})
             assert failed(foreign) and foreign.content[0].text.endswith(f"404: no memory {added['memory_id']}")
@@ -230,7 +266,7 @@ def test_the_readme_cli_commands_work_beside_the_running_worker(worker: WorkerPr
     assert found.returncode == 0 and json.loads(found.stdout.splitlines()[0])["memory_id"] == moved.memory_id
     history = dream("provenance", first.memory_id, "--user", "eve")
     assert history.returncode == 0 and "superseded by" in history.stdout
-    assert dream("provenance", first.memory_id).stderr.strip().endswith("add --user USER")
+    assert dream("provenance", first.memory_id).stderr.strip().endswith("add --user USER (see `dream provenance -h`)")
     undone = dream("undo", decision["decision_id"])
     assert undone.returncode == 0 and f"{first.memory_id}: superseded -> active" in undone.stdout
     again = dream("undo", decision["decision_id"])

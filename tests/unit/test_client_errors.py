@@ -89,3 +89,23 @@ def test_metadata_filters_are_sent_as_json() -> None:
                           metadata={"pinned": False, "agent": None, "code": "1", "team": "infra"})
     assert {k: v for k, v in params.items() if k.startswith("metadata.")} == {
         "metadata.pinned": "false", "metadata.agent": "null", "metadata.code": '"1"', "metadata.team": '"infra"'}
+
+
+def test_a_token_no_header_can_hold_and_a_body_json_cannot_are_dream_errors() -> None:
+    """A token with a line break was reported as "no worker at ...: Illegal header value", a non-ASCII one as
+    UnicodeEncodeError, and created_at=datetime(...) as json's TypeError."""
+    import datetime
+
+    from dreamstream.client import _encoded
+
+    for token in ("s3cret\n", "sécret", " s3cret"):
+        with pytest.raises(DreamError, match="the API token must be printable ASCII"):
+            Client(token=token)
+    when = datetime.datetime(2026, 12, 1, 9, 30, tzinfo=datetime.UTC)
+    sent = _encoded({"json": [{"user_id": "u", "text": "x", "created_at": when}]})
+    assert sent["content"] == b'[{"user_id": "u", "text": "x", "created_at": "2026-12-01T09:30:00+00:00"}]'
+    assert sent["headers"]["Content-Type"] == "application/json"
+    with pytest.raises(DreamError, match="cannot be sent as JSON"):
+        _encoded({"json": {"x": object()}})
+    with pytest.raises(DreamError, match="cannot be sent as JSON"):
+        _encoded({"json": {"x": float("nan")}})

@@ -159,3 +159,26 @@ def test_the_history_of_a_memory_never_shows_a_soft_deleted_replacements_words(e
     assert shown is not None
     assert shown["superseded_by"] == {"memory_id": "m-dee-3", "text": None, "status": "deleted"}
     assert "Madrid" not in orjson.dumps(shown).decode()
+
+
+def test_a_memory_added_between_pages_of_a_listing_repeats_and_skips_nothing(edge_store: Any, embedder: Any) -> None:
+    """A listing's cursor was a row count: a current fact added between pages sorts ahead of history, so
+    the next page showed the last row again and never the one after it (an agent pages while it adds)."""
+    _dee(edge_store, embedder)
+    params = {"user": "dee", "limit": "8"}  # the first page ends in history: 7 current facts, then 2 history
+    first = memories.list_page(edge_store, embedder, reads.read_query(params), {}, None)
+    before = [r["memory_id"] for r in reads.get(edge_store, "dee")]
+    proc = Processor(edge_store, embedder)
+    added = event(30, "dee", "Dee collects old maps.", day=27)
+    assert not proc.process([Incoming(raw=orjson.dumps(added))]).dead_letters
+    seen = [r["memory_id"] for r in first.rows]
+    cursor = first.next_cursor
+    while cursor is not None:
+        page = memories.list_page(edge_store, embedder, reads.read_query(params), {}, cursor)
+        seen += [r["memory_id"] for r in page.rows]
+        cursor = page.next_cursor
+    assert first.rows[-1]["label"] == "history"
+    assert len(seen) == len(set(seen)) and set(before) <= set(seen)
+    broken = memories._key_cursor((0, "x", "y"))[:-3] + "!!"
+    with pytest.raises(ValueError, match="cursor"):
+        memories.list_page(edge_store, embedder, reads.read_query(params), {}, broken)
