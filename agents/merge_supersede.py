@@ -407,8 +407,14 @@ fact about what is arranged: facts of their own."""
 
 
 def _asks(text: str) -> bool:
-    """A question, not a statement ("Is Malik vegetarian?")."""
-    return text.rstrip().rstrip("\"')»”").endswith(("?", "？", "¿")) or text.lstrip().startswith("¿")
+    """A question, not a statement ("Is Malik vegetarian?"), or a statement hedged by one ("Carla quit violin?
+    User wasn't sure."): any sentence of it that ends in a question mark."""
+    return _QUESTION.search(text) is not None or text.lstrip().startswith("¿")
+
+
+_QUESTION = re.compile(r"(?<=[^\W_])[?？][\"')»”]*(?:\s|$)")
+"""A question mark closing a word ("violin? User wasn't sure"), not an operator in a coding memory ("use ? or
+expect()", "x?.y")."""
 
 
 def _other_mood(a: str, b: str, merge: bool) -> str | None:
@@ -536,7 +542,19 @@ def _opposite(a: str, b: str) -> str | None:
         return "polarity"
     if uc.about_the_past(a) != uc.about_the_past(b):
         return "past"
+    if bool(_RARELY.search(a)) != bool(_RARELY.search(b)):
+        return "rarely"  # "rarely eats fish" is nearly the opposite of "eats fish"
+    stop_a, stop_b = _STOPPED.search(a) is not None, _STOPPED.search(b) is not None
+    if stop_a != stop_b and not (neg_a or neg_b):
+        return "stopped"  # "quit smoking" ends "smokes": an update, never the same fact
     return None
+
+
+_RARELY = re.compile(r"\b(?:rarely|seldom|hardly|barely|scarcely|almost\s+never)\b", re.IGNORECASE)
+_STOPPED = re.compile(r"\b(?:quit|quits|quitting|stopped|stopping|(?:gave|given|gives|giving)(?:\s+\w+)?\s+up|"
+                      r"ceased|no\s+longer|any\s?more)\b", re.IGNORECASE)
+"""A blind audit's fresh pairs: "rarely / hardly ever X" merged into "X" (6 of 6), and "quit smoking" merged
+into "smokes" (3 of 27 stop-pairs) - each hid a fact behind one that contradicts it."""
 
 
 def _names(text: str) -> set[str]:

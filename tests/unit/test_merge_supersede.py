@@ -325,3 +325,29 @@ def test_no_automatic_action_between_a_fact_and_a_question_a_wish_or_another_thi
 ])
 def test_the_mood_and_qualifier_gates_leave_plans_preferences_and_updates_to_the_models(older: str, newer: str) -> None:
     assert ms._other_mood(newer, older, True) is None and not ms._other_qualifier(newer, older)
+
+
+@pytest.mark.parametrize(("older", "newer", "why"), [
+    ("Lia drinks coffee.", "Lia seldom drinks coffee.", "rarely"),
+    ("The team writes integration tests.", "The team barely writes integration tests.", "rarely"),
+    ("Omar bites his nails.", "Omar stopped biting his nails.", "stopped"),
+    ("The service uses Jenkins.", "The service no longer uses Jenkins.", "polarity"),
+    ("Pia gave up sugar.", "Pia eats sugar.", "stopped"),
+])
+def test_a_merge_never_hides_a_fact_behind_its_near_opposite(mem: Callable[..., Memory], older: str, newer: str,
+                                                             why: str) -> None:
+    """A second blind audit's fresh pairs: "hardly ever exercises" merged into "exercises" (6 of 6), and "quit
+    smoking" into "smokes": each hid a fact behind one that contradicts it. Updates stay the models' to make."""
+    from dreamstream.agents.learned_judge import LearnedJudge
+    from dreamstream.streams.core import judge_model
+
+    judge: LearnedJudge = judge_model.learned_judge()
+    for d in ms.decide_with(judge, mem(newer), [mem(older)]):
+        assert d.action not in ("merge_old", "merge_new"), (d.action, d.rule)
+    assert ms._opposite(newer, older) == why
+
+
+def test_a_statement_hedged_by_a_question_is_a_question() -> None:
+    assert ms._asks("Tao moved to Oslo? Not confirmed.") and ms._asks("Is Tao in Oslo?")
+    assert not ms._asks("Tao moved to Oslo.") and not ms._asks("Use ? for optional chaining in TS.")
+
