@@ -356,7 +356,9 @@ def _more_complete(new: Memory, old: Memory) -> bool:
 
 def gate(verdict: Verdict, new: Memory, old: Memory, session_veto: bool = True) -> Verdict:
     """The checks every judge's automatic action passes (rules, learned, NLI or LLM alike); a verdict
-    that fails one becomes a review item. A merge never joins opposite statements (`_opposite`), never hides
+    that fails one becomes a review item. Neither a merge nor a supersede joins a fact with a question about
+    it, nor two things of one kind told apart at the start (`_other_mood`, `_other_qualifier`). A merge never
+    joins a fact with a wish for it, nor opposite statements (`_opposite`), never hides
     the memory that says more, and keeps every name, number, sign, unit, person, code span and URL of the
     memory it hides; a supersede never puts an older statement over a newer one, and (for judges that cannot
     weigh the session as evidence, `session_veto`) comes from a later session."""
@@ -401,9 +403,8 @@ _WISH = re.compile(
     re.IGNORECASE)
 """Words that put a statement in another mood than fact: a wish, an obligation, a possibility ("I'd love to own
 a sailboat", "the app should support dark mode", "wants to adopt a greyhound"; "may" in lower case only: "May"
-is a month). "Wants" with a thing
-("wants Tailwind for styling") is a preference, and a plan ("planning a trip in May", "going to Porto") a
-fact about what is arranged: facts of their own."""
+is a month). "Wants" with a thing ("wants Tailwind for styling") is a preference, and a plan ("planning a trip
+in May", "going to Porto") a fact about what is arranged: facts of their own."""
 
 
 def _asks(text: str) -> bool:
@@ -419,7 +420,7 @@ expect()", "x?.y")."""
 
 def _other_mood(a: str, b: str, merge: bool) -> str | None:
     """"question" where one memory states a fact and the other asks about it; for a merge, "mood" where one
-    wishes, plans or owes what the other states: the same words, another claim. The models read the shared
+    wishes, hopes or owes what the other states: the same words, another claim. The models read the shared
     words and scored such pairs the same (a blind audit's minimal pairs: 13 of 18 questions and 9 of 10 wishes
     merged with the fact); no feature of theirs reads a question, and the corpus holds none. A plan and what
     came of it may be an update ("wants to adopt a greyhound" / "adopted a greyhound"): the models' to read."""
