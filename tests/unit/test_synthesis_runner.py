@@ -288,31 +288,11 @@ def test_disabling_one_project_leaves_its_patterns_and_a_pattern_carries_its_sou
     assert {p.memory_id for p in mine} <= {p.memory_id for p in patterns(edge_store)}
 
 
-def test_undoing_one_sources_delete_leaves_a_pattern_quoting_another_deleted_source_retired(
+def test_a_pattern_comes_back_with_the_undo_of_its_last_deleted_source_not_before(
         edge_store: Any, embedder: Any, tmp_path: Path) -> None:
-    """Two of a pattern's sources deleted one after the other, then the first delete undone: the pattern came
-    back quoting the second, still deleted memory's words in default reads."""
-    from dreamstream.streams.core import memories
-    from dreamstream.streams.core.undo import undo_decision
-
-    ingest(Processor(edge_store, embedder), events("u1"))
-    state = runner.SynthesisState.load(tmp_path / "state.json")
-    runner.enable(state, None, T0)
-    run(edge_store, embedder, state)
-    [pattern] = patterns(edge_store)
-    first, second = pattern.sources[:2]
-    deleted = memories.delete_memory(edge_store, first, "u1") or []
-    assert memories.delete_memory(edge_store, second, "u1")
-    undo_decision(edge_store, deleted[0]["decision_id"])
-    assert edge_store.retrieve([first])[first].status == "active"
-    assert edge_store.retrieve([pattern.memory_id])[pattern.memory_id].status == "expired"
-    assert pattern.memory_id not in {r["memory_id"] for r in reads.get(edge_store, "u1")}
-
-
-def test_undoing_both_source_deletes_oldest_first_brings_the_pattern_back(
-        edge_store: Any, embedder: Any, tmp_path: Path) -> None:
-    """The second delete did not list the pattern (the first had retired it already), so once the first
-    undo had to leave it retired, no undo ever brought it back."""
+    """Two of a pattern's sources deleted one after the other. Undoing the first brought the pattern back
+    quoting the second, still deleted memory's words; and the second delete did not list the pattern (the
+    first had retired it already), so its undo never brought it back."""
     from dreamstream.streams.core import memories
     from dreamstream.streams.core.undo import undo_decision
 
@@ -325,6 +305,8 @@ def test_undoing_both_source_deletes_oldest_first_brings_the_pattern_back(
     one = memories.delete_memory(edge_store, first, "u1") or []
     two = memories.delete_memory(edge_store, second, "u1") or []
     undo_decision(edge_store, one[0]["decision_id"])
+    assert edge_store.retrieve([first])[first].status == "active"
     assert edge_store.retrieve([pattern.memory_id])[pattern.memory_id].status == "expired"
+    assert pattern.memory_id not in {r["memory_id"] for r in reads.get(edge_store, "u1")}
     undo_decision(edge_store, two[0]["decision_id"])
     assert edge_store.retrieve([pattern.memory_id])[pattern.memory_id].status == "active"
