@@ -162,6 +162,9 @@ def api_call(handler: Handler) -> Handler:
         if denied is not None:
             return denied
         try:
+            repeated = sorted({k for k in request.query if len(request.query.getall(k)) > 1})
+            if repeated:  # "?user=a&user=b" read a: one value each, or a 400
+                raise ValueError(f"parameter {repeated[0][:40]!r} is given more than once")
             return await handler(view, request, **kwargs)
         except ValueError as exc:  # InvalidEvent and bad read parameters included
             return _error(400, str(exc))
@@ -392,6 +395,10 @@ class ConsolidationsView(View):
         user, app_id = body.get("user"), body.get("app")
         if user is not None and (not isinstance(user, str) or not user):
             raise ValueError("user must be a non-empty string")
+        if user is not None:
+            reads.user_param({"user": user})  # "../x", " ana": no such user can exist
+        if not isinstance(body.get("dry_run", False), bool):  # "no" is a true value: it ran as a dry run
+            raise ValueError("dry_run must be true or false")
         if app_id is not None and (not isinstance(app_id, str) or not app_id):
             raise ValueError("app must be a non-empty string (or left out)")
         if body.get("dry_run") and mode == "auto":  # it would apply what the caller meant only to look at

@@ -109,6 +109,14 @@ def test_http_errors_are_json_with_a_reason(worker: WorkerProcess) -> None:
     assert wrong.headers["Allow"]
     typo = httpx.get(f"{url(worker)}/v1/memories/m-1", params={"user": "ana", "usr": "x"}, headers=headers)
     assert typo.status_code == 400 and "usr" in typo.json()["error"]
+    # A repeated parameter read its first value; a consolidation read dry_run "no" as a dry run.
+    twice = httpx.get(f"{url(worker)}/v1/memories", params=[("user", "ana"), ("user", "bo")], headers=headers)
+    assert twice.status_code == 400 and "'user' is given more than once" in twice.json()["error"]
+    no = httpx.post(f"{url(worker)}/v1/consolidations", json={"user": "ana", "mode": "light", "dry_run": "no"},
+                    headers=headers)
+    assert no.status_code == 400 and no.json()["error"] == "dry_run must be true or false"
+    dots = httpx.post(f"{url(worker)}/v1/consolidations", json={"user": "../x", "mode": "light"}, headers=headers)
+    assert dots.status_code == 400 and "user must be printable" in dots.json()["error"]
     # Erasing a user id no user can have waited 30 s, answered "queued", and was then dead-lettered.
     start = time.monotonic()
     ghost = httpx.delete(f"{url(worker)}/v1/users/%20ana", params={"confirm": " ana"}, headers=headers, timeout=60)
