@@ -162,7 +162,8 @@ def api_call(handler: Handler) -> Handler:
         if denied is not None:
             return denied
         try:
-            repeated = sorted({k for k in request.query if len(request.query.getall(k)) > 1})
+            getall = getattr(request.query, "getall", None)  # aiohttp's MultiDict (faust types it a Mapping)
+            repeated = sorted({k for k in request.query if getall is not None and len(getall(k)) > 1})
             if repeated:  # "?user=a&user=b" read a: one value each, or a 400
                 raise ValueError(f"parameter {repeated[0][:40]!r} is given more than once")
             return await handler(view, request, **kwargs)
