@@ -530,7 +530,7 @@ def light(store: MemoryStore, user_id: str | None = None, dry_run: bool = False,
             # pending a second time into weights the first run had already strengthened.
             holder = min(updates)
             changes.apply(store, changes.Change(change_id=f"light-{holder}", holder=holder, updates=updates))
-            if not store.retrieve([holder])[holder].outbox:
+            if not next(m for m in memories if m.memory_id == holder).outbox:
                 store.update(holder, {"outbox_state": "sent"})  # an intent with no events: nothing to send
     if not dry_run:
         store.flush()

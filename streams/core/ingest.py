@@ -244,6 +244,12 @@ def erase_intent(erase_dir: str, request: str) -> str:
     return os.path.join(erase_dir, hashlib.sha256(request.encode()).hexdigest()[:24] + ".json")
 
 
+def erase_sent(erase_dir: str, request: str) -> str:
+    """Where a worker marks that it sent an erase request's record (`request_erase`): read again before
+    ingest applied it, the request is not sent twice."""
+    return erase_intent(erase_dir, request).removesuffix(".json") + ".sent"
+
+
 def erased_before(erase_dir: str, request: str) -> int | None:
     """The count of an erase request this worker applied already (None: not applied here)."""
     return changes.erased_count(erase_intent(erase_dir, request))

@@ -324,9 +324,7 @@ def _after(cursor: str) -> tuple[int, str, str] | None:
 
 def _listing_key(r: Mapping[str, Any]) -> tuple[int, str, str]:
     """A row's place in a listing: `reads.get`'s order (current first, each group oldest first, then id)."""
-    status = r.get("status")
-    return (0 if status == "active" else 1 if status == "superseded" else 2, str(r.get("created_at") or ""),
-            str(r["memory_id"]))
+    return reads.group_of(r.get("status")), str(r.get("created_at") or ""), str(r["memory_id"])
 
 
 MAX_OFFSET = 1_000_000

@@ -120,7 +120,12 @@ def row(memory: Memory, score: float | None = None) -> dict[str, Any]:
 def current_first(memory: Memory) -> int:
     """0 for what holds now (active facts, patterns), 1 for history, 2 for merged and expired: every
     read lists current facts before history, so a replaced fact never tops a search."""
-    return 0 if memory.status == "active" else 1 if memory.status == "superseded" else 2
+    return group_of(memory.status)
+
+
+def group_of(status: str | None) -> int:
+    """`current_first` by a status alone (a row's)."""
+    return 0 if status == "active" else 1 if status == "superseded" else 2
 
 
 def replaced_by(store: MemoryStore, rows: list[dict[str, Any]]) -> None:

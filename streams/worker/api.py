@@ -217,8 +217,8 @@ class MemoriesView(View):
             await deliver([(memory_added_topic, e["user_id"].encode(), orjson.dumps(e)) for e in events])
         except BaseException:
             for e in events:  # nothing was accepted: the ids are free again
-                ACCEPTED.pop(f"m\x1f{e['memory_id']}", None)
-                ACCEPTED.pop(f"e\x1f{e['event_id']}", None)
+                for key in _held(e):
+                    ACCEPTED.pop(key, None)
             raise
         accepted = [{"event_id": e["event_id"], "memory_id": e["memory_id"], "user_id": e["user_id"]} for e in events]
         return _json({"accepted": accepted}, status=202)  # type: ignore[no-any-return]
@@ -230,19 +230,24 @@ hold yet: two adds at once with one id and other words both passed the store's c
 dead-lettered one after its 202. Per worker: adds through other workers are checked at ingest."""
 
 
+def _held(event: dict[str, Any]) -> tuple[str, str]:
+    """The keys an accepted event holds in ACCEPTED: its memory id and its event id."""
+    return f"m\x1f{event['memory_id']}", f"e\x1f{event['event_id']}"
+
+
 def _reserve(events: list[dict[str, Any]]) -> str | None:
     """The same 409 as `memories.taken` for an id an add in flight already holds with other content; else
     the ids are held for these events (the same content again is a retry: accepted)."""
     for e in events:
+        by_memory, by_event = _held(e)
         content = (e["user_id"], e["text"])
-        for key, reason in ((f"m\x1f{e['memory_id']}", "memory_id_conflict: {} was just accepted as another "
-                             "memory"), (f"e\x1f{e['event_id']}", "duplicate_event_id: event_id {} was just "
-                                         "accepted for other content")):
-            held = ACCEPTED.get(key)
-            if held is not None and held != content:
-                return reason.format(key[2:])
+        if ACCEPTED.get(by_memory, content) != content:
+            return f"memory_id_conflict: {e['memory_id']} was just accepted as another memory"
+        if ACCEPTED.get(by_event, content) != content:
+            return f"duplicate_event_id: event_id {e['event_id']} was just accepted for other content"
     for e in events:
-        ACCEPTED[f"m\x1f{e['memory_id']}"] = ACCEPTED[f"e\x1f{e['event_id']}"] = (e["user_id"], e["text"])
+        for key in _held(e):
+            ACCEPTED[key] = (e["user_id"], e["text"])
     return None
 
 

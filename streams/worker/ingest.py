@@ -23,7 +23,7 @@ from dreamstream.schemas.events import USER_ERASE, erase_signature, now_iso
 from dreamstream.streams import faults
 from dreamstream.streams.core import changes
 from dreamstream.streams.core import consolidation as runner
-from dreamstream.streams.core.ingest import ERASED, Incoming, Processor, erase_intent, erased_before, forget_reprocess
+from dreamstream.streams.core.ingest import ERASED, Incoming, Processor, erase_sent, erased_before, forget_reprocess
 from dreamstream.streams.worker import health, metrics
 from dreamstream.streams.worker.app import (
     _runtime,
@@ -234,14 +234,15 @@ async def request_erase(user: str, request: str | None, issued_by: str) -> dict[
     earlier is stored afterwards, and publishes the audit event. Waits up to DREAM_ERASE_WAIT_SECONDS on the worker
     holding the partition for the count; else says it is queued (the audit event names the request)."""
     request = request or uuid.uuid4().hex
+    erase_dir = os.path.join(settings.data_dir, "erase")
     done = ERASED.get(request)
     if done is None:  # a redelivered command whose erase ran already: sent again, it would erase later adds
-        done = await on_store_thread(erased_before, os.path.join(settings.data_dir, "erase"), request)
+        done = await on_store_thread(erased_before, erase_dir, request)
     if done is not None:
         return {"user": user, "deleted": done, "erased": True, "request": request}
     # Sent already, not yet applied (ingest paused or behind, and this command read again after a crash):
     # a second record would take the adds the user makes before ingest reaches the first.
-    sent = erase_intent(os.path.join(settings.data_dir, "erase"), request).removesuffix(".json") + ".sent"
+    sent = erase_sent(erase_dir, request)
     if not await on_store_thread(os.path.exists, sent):
         record: dict[str, Any] = {"type": USER_ERASE, "event_id": f"erase-{request}", "user_id": user,
                                   "request": request, "issued_by": issued_by, "created_at": now_iso()}
