@@ -86,6 +86,13 @@ def _user_record(raw: bytes | None) -> dict[str, Any] | None:
     return body if isinstance(body, dict) and isinstance(body.get("user_id"), str) else None
 
 
+def read_again(state: dict[str, Any], partition: int, offset: int) -> bool:
+    """Whether this record of the user was counted already: a user's records all travel in one partition, in
+    order, and the table keeps the offset it last counted (restored from its changelog after a crash), so a
+    record at or before it is one read again (ingest alone commits `memory.added` offsets)."""
+    return state.get("partition") == partition and offset <= state.get("offset", -1)
+
+
 @app.agent(bookkeeping_channel, concurrency=1)
 async def synthesis_bookkeeping(stream: faust.StreamT) -> None:
     """Counts, per user, the facts and the eligible memories that `memory.added` brings."""
@@ -100,8 +107,11 @@ async def synthesis_bookkeeping(stream: faust.StreamT) -> None:
                 continue  # dead-lettered by ingest: never stored, so never counted
             user = body["user_id"]
             state = dict(users_table.get(user) or {})
+            if read_again(state, event.message.partition, event.message.offset):
+                continue  # counted before a crash or a rebalance: a redelivered record counts once
             state["last_event_at"] = time.time()
             state["partition"] = event.message.partition
+            state["offset"] = event.message.offset
             if body.get("kind", "fact") == "fact":
                 state["facts"] = state.get("facts", 0) + 1
             if counts_as_eligible(body, project_settings()):

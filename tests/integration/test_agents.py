@@ -131,9 +131,18 @@ async def test_control_agent_applies_once_and_bookkeeping_counts(kafka: str, pro
         await wait_until(lambda: (sw.users_table.get(user) or {}).get("facts") == 4)
     state = sw.users_table[user]
     assert state["facts"] == 4 and state["eligible"] == 1  # only the user-scoped one after the boundary
+    # Read again from the start after a crash (the offsets restart at 0 in a new context), then one new record:
+    # the redelivered ones count once, the new one counts.
+    later = event(5, user, "Rows on Saturdays.", project_id=project)
+    async with sw.synthesis_bookkeeping.test_context() as agent:
+        for value in [*(line(e) for e in evs), b"{broken", line(later)]:
+            await agent.put(key=user.encode(), value=value, wait=False)
+        await wait_until(lambda: (sw.users_table.get(user) or {}).get("offset") == len(evs) + 1)
+    state = sw.users_table[user]
+    assert state["facts"] == 5 and state["eligible"] == 2
     assert not sw.due(state, "2026-02-01T00:00:00Z", 7.0)  # under 20 memories
     assert sw.due({**state, "facts": 20}, "2026-02-01T00:00:00Z", 7.0)
-    assert not sw.due({**state, "facts": 20, "checked": 1}, "2026-02-01T00:00:00Z", 7.0)  # nothing new
+    assert not sw.due({**state, "facts": 20, "checked": state["eligible"]}, "2026-02-01T00:00:00Z", 7.0)  # nothing new
     assert not sw.due({**state, "facts": 20, "last_run": "2026-01-30T00:00:00Z"}, "2026-02-01T00:00:00Z", 7.0)
 
 
