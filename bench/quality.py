@@ -89,6 +89,22 @@ def corpus_scores(judges: list[str], splits: tuple[str, ...] = ("test",)) -> dic
     return out
 
 
+def blind_scores(judges: list[str]) -> dict[str, Any]:
+    """Each judge on the blind pairs (bench/blind-pairs: written and labelled twice by helpers, never trained
+    on), where writer and second labeller agree."""
+    from dreamstream.agents.merge_supersede import OfflineJudge
+    from dreamstream.streams.core import judge_model
+    from dreamstream.streams.core.embedding import Embedder
+    from dreamstream.streams.dev import judge_corpus as jc
+
+    rows, pairs = jc.written_pairs(jc.BLIND, "blind")
+    if not pairs:
+        return {}
+    mems = jc.by_id(jc.memories(rows, Embedder()))
+    built = {"learned": lambda: judge_model.learned_judge(), "offline": lambda: OfflineJudge()}
+    return {j: jc.score_pairs(built[j](), pairs, mems) for j in judges if j in built}
+
+
 def review_items(store: Path) -> list[dict[str, str]]:
     """The review items (abstentions) a replay left, as audit keys: action review_merge / review_supersede."""
     sys.path.insert(0, str(SHARED / "real"))
@@ -164,7 +180,7 @@ def main() -> int:
         print(f"bench-quality: {SHARED} not found (the shared benchmark folder sits beside the checkout)",
               file=sys.stderr)
         return 2
-    want = set(a.only or [*SYNTHETIC, *REAL, "corpus"])
+    want = set(a.only or [*SYNTHETIC, *REAL, "corpus", "blind"])
     result: dict[str, Any] = {"corpus": {}, "synthetic": {}, "real": {}}
     if a.synthesis and want & {"corpus", "corpus-themes"}:
         # The corpus's sealed test people with the themes their streams carry (bench/corpus/THEMES.md):
@@ -179,6 +195,9 @@ def main() -> int:
     if "corpus" in want:
         print("judging the corpus's sealed test pairs ...", file=sys.stderr, flush=True)
         result["corpus"] = corpus_scores(a.judges)
+    if "blind" in want:
+        print("judging the blind pairs ...", file=sys.stderr, flush=True)
+        result["blind"] = blind_scores(a.judges)
     for judge in a.judges:
         for name, case in SYNTHETIC.items():
             if name not in want or not (case / "events.jsonl").exists():
@@ -221,6 +240,14 @@ def main() -> int:
                      for split, by in result["corpus"].items() for j, s in by.items()],
                     ["split/judge", "pairs", "merges", "merge P", "restatement R", "supersedes", "sup P",
                      "update R", "reviews", "reviews right"]))
+        print()
+    if result.get("blind"):
+        print("Blind pairs (bench/blind-pairs: written and labelled twice by helpers, never trained on)")
+        print(table([[j, s["pairs"], s["merges"], s["merge_precision"], s["restatement_recall"], s["supersedes"],
+                      s["supersede_precision"], s["update_recall"], s["reviews"], s["review_right"]]
+                     for j, s in result["blind"].items()],
+                    ["judge", "pairs", "merges", "merge P", "restatement R", "supersedes", "sup P", "update R",
+                     "reviews", "reviews right"]))
         print()
     syn = result["synthetic"]
     print("Synthetic cases (labelled; score.py)")

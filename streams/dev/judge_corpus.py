@@ -127,6 +127,41 @@ def labelled_pairs(path: Path = LABELS) -> list[dict[str, Any]]:
     return read_jsonl(path)
 
 
+WRITTEN = ROOT / "written"
+"""Pairs written as pairs (`written/TN.jsonl`, each labelled by its writer) and labelled again blind by a
+second helper (`written/TN.labels.jsonl`): the train split only, for the positive classes the nominated
+pairs hold few of (restatements and updates worded far apart)."""
+BLIND = ROOT.parent / "blind-pairs"
+"""Pairs written the same way by other helpers and never trained on: the judge's test on text nobody tuned it
+on (`make bench-quality`)."""
+
+
+def written_pairs(folder: Path, split: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(rows, pairs) of the written pairs in `folder` whose writer and second labeller agree on the class:
+    rows as `stream_rows` gives them (an older and a newer memory per pair, one conversation a few minutes
+    apart when both name one session), pairs as `labelled_pairs` does."""
+    rows: list[dict[str, Any]] = []
+    pairs: list[dict[str, Any]] = []
+    for path in sorted(folder.glob("*.jsonl")):
+        if path.name.endswith(".labels.jsonl") or not path.with_suffix(".labels.jsonl").exists():
+            continue
+        second = {r["id"]: class_of(r["label"], r.get("fuller")) for r in read_jsonl(path.with_suffix(".labels.jsonl"))}
+        for r in read_jsonl(path):
+            cls = class_of(r["label"], r.get("fuller"))
+            if second.get(r["id"]) != cls:
+                continue
+            old, new = r["older"], r["newer"]
+            one = old["date"] == new["date"] and old["session"] == new["session"]
+            at_new = "09:05" if one else "18:00" if old["date"] == new["date"] else "09:00"
+            for side, at, m in (("o", "09:00", old), ("n", at_new, new)):
+                rows.append({"person": r["person"], "voice": path.stem, "session": m["session"], "date": m["date"],
+                             "text": m["text"], "memory_id": f"{r['id']}-{side}",
+                             "created_at": f"{m['date']}T{at}:00Z"})
+            pairs.append({"id": r["id"], "newer": f"{r['id']}-n", "older": f"{r['id']}-o", "person": r["person"],
+                          "split": split, "label": r["label"], "fuller": r.get("fuller"), "cls": cls})
+    return rows, pairs
+
+
 def by_id(mems: Iterable[Memory]) -> dict[str, Memory]:
     return {m.memory_id: m for m in mems}
 

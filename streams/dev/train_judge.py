@@ -367,9 +367,12 @@ def main(head_only: bool, calibrate_only: bool, as_json: bool) -> None:
 
     start = time.perf_counter()
     labels = [p for p in jc.labelled_pairs() if p["split"] in ("train", "calibration")]  # never "test"
+    rows = jc.stream_rows()
     if calibrate_only:
         labels = [p for p in labels if p["split"] == "calibration"]
-    rows = jc.stream_rows()
+    else:  # the pairs written as pairs: training only, never calibration (their share of actions is no stream's)
+        written_rows, written = jc.written_pairs(jc.WRITTEN, "train")
+        labels, rows = labels + written, rows + written_rows
     needed = {p["person"] for p in labels}
     click.echo(f"embedding {sum(r['person'] in needed for r in rows)} memories ...", err=True)
     embed = Embedder(batch_size=64)
