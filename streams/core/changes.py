@@ -228,10 +228,22 @@ def erased_count(intent: str) -> int | None:
         return None
 
 
-def erase_user(store: MemoryStore, user: str, intent: str | None = None) -> int:
+def erased_at(intent: str) -> list[Any] | None:
+    """Where the erase request's record was read when it first ran (topic, partition, offset); None: never
+    ran here, or read from no log (a file replay)."""
+    try:
+        with open(intent, "rb") as f:
+            at = orjson.loads(f.read()).get("at")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return at if isinstance(at, list) else None
+
+
+def erase_user(store: MemoryStore, user: str, intent: str | None = None, at: Sequence[Any] | None = None) -> int:
     """Deletes every memory of one user for good (an erasure: no tombstone, no text kept); returns how many.
-    A repeat deletes whatever is left. With `intent` (a file per request) the first run's count is written
-    there before the delete, so a request read again after a crash still reports what it found first."""
+    A repeat deletes whatever is left. With `intent` (a file per request) the first run's count, and `at`,
+    where its record was read, are written there before the delete, so a request read again after a crash
+    still reports what it found first, and a copy of the record elsewhere in the log is known (`erased_at`)."""
     ids = [m.memory_id for m in store.scroll({"user_id": user}, with_features=False)]
     found = len(ids)
     ids += [m.memory_id for m in store.scroll({"user_id": backup_user(user)}, with_features=False)]  # copies
@@ -240,7 +252,7 @@ def erase_user(store: MemoryStore, user: str, intent: str | None = None) -> int:
         if first is not None:
             found = first
         else:
-            write_durably(intent, orjson.dumps({"user": user, "deleted": found}))
+            write_durably(intent, orjson.dumps({"user": user, "deleted": found, "at": list(at) if at else None}))
     store.delete(ids)
     store.flush()
     return found

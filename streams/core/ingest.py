@@ -325,18 +325,26 @@ class Processor:
             if segment:
                 self._process(segment, result)
                 segment = []
-            self._erase(erase, result)
+            self._erase(erase, item, result)
         if segment:
             self._process(segment, result)
         return result
 
-    def _erase(self, erase: dict[str, Any], result: BatchResult) -> None:
+    def _erase(self, erase: dict[str, Any], item: Incoming, result: BatchResult) -> None:
         """Deletes every memory of the user (an erasure: no text is kept, not even in a dead letter) and says
         so in one audit event on memory.status, with the count, never the texts. Read again after a crash, it
-        deletes what is left and reports the first run's count (kept in `erase_dir`)."""
+        deletes what is left and reports the first run's count (kept in `erase_dir`). A copy of a request that
+        ran, read at another place in the log (a signed record captured and sent again), is a dead letter: it
+        would take every memory the user added since."""
         user, request = str(erase["user_id"]), str(erase["request"])
         intent = erase_intent(self.erase_dir, request) if self.erase_dir is not None else None
-        deleted = changes.erase_user(self.store, user, intent)
+        at = [item.topic, item.partition, item.offset] if item.offset is not None else None
+        first = changes.erased_at(intent) if intent is not None else None
+        if first is not None and at is not None and first != at:
+            self._dead(result, item, "replayed", f"user.erase request {request} ran already, read at "
+                       f"{first[0]}-{first[1]}@{first[2]}: a copy would erase what {user} added since")
+            return
+        deleted = changes.erase_user(self.store, user, intent, at)
         result.status_events.append(status_event(
             f"erase-{request}", f"user:{user}", user, None, "erased", None, "erase",
             {"request": request, "issued_by": erase.get("issued_by") or "kafka", "user": user, "deleted": deleted}))

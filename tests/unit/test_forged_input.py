@@ -143,3 +143,28 @@ def test_a_set_erase_secret_keeps_the_key_when_a_token_changes() -> None:
     assert Settings(api_token="a").erase_key != Settings(api_token="b").erase_key
     assert Settings(erase_secret="s", api_token="a").erase_key == Settings(erase_secret="s", api_token="b").erase_key
     assert Settings().erase_key is None
+
+
+def test_a_signed_erase_sent_again_later_in_the_log_does_not_erase_what_came_after(
+        edge_store, embedder, tmp_path) -> None:
+    """A signed `user.erase` is a bearer token: sent again (captured from the log or a dead letter), it erased
+    every memory the user added since. A copy read at another place is a dead letter; the same record read
+    again after a crash still runs (it finishes an interrupted delete)."""
+    from dreamstream.schemas.events import erase_signature
+
+    key = b"k" * 32
+    proc = Processor(edge_store, embedder, erase_key=key, erase_dir=str(tmp_path / "erase"))
+    erase = {"type": "user.erase", "event_id": "erase-r", "user_id": "u-1", "request": "r", "issued_by": "api"}
+    signed = orjson.dumps({**erase, "signature": erase_signature(key, erase)})
+
+    def at(raw: bytes, offset: int) -> Incoming:
+        return Incoming(raw=raw, key=b"u-1", topic="memory.added", partition=0, offset=offset)
+
+    assert not proc.process([at(_event(), 1)]).dead_letters
+    assert proc.process([at(signed, 2)]).erased == ["u-1"]
+    assert not proc.process([at(_event(event_id="e-2", memory_id="m-2", text="Later fact."), 3)]).dead_letters
+    replayed = proc.process([at(signed, 9)])
+    assert [d["reason"] for d in replayed.dead_letters] == ["replayed"] and not replayed.erased
+    assert edge_store.retrieve(["m-2"])["m-2"].status == "active"
+    again = proc.process([at(signed, 2)])  # the same record, read again after a crash
+    assert again.erased == ["u-1"] and not again.dead_letters and edge_store.retrieve(["m-2"]) == {}
