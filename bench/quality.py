@@ -250,13 +250,14 @@ def main() -> int:
                      "reviews", "reviews right"]))
         print()
     syn = result["synthetic"]
-    print("Synthetic cases (labelled; score.py)")
-    print(table([[n, s["supersede_precision"], s["supersede_recall"], s["supersede_f1"], s["false_supersede_rate"],
-                  s["merge_precision"], s["merge_recall"], s["merge_f1"], s["canonical_accuracy"],
-                  s["cross_user_links"], s["decisions"].get("review", 0)] for n, s in syn.items()
-                 if not n.startswith("corpus-themes/")],
-                ["case/judge", "sup P", "sup R", "sup F1", "false sup", "merge P", "merge R", "merge F1", "canonical",
-                 "cross-user", "reviews"]))
+    if syn:
+        print("Synthetic cases (labelled; score.py)")
+        print(table([[n, s["supersede_precision"], s["supersede_recall"], s["supersede_f1"], s["false_supersede_rate"],
+                      s["merge_precision"], s["merge_recall"], s["merge_f1"], s["canonical_accuracy"],
+                      s["cross_user_links"], s["decisions"].get("review", 0)] for n, s in syn.items()
+                     if not n.startswith("corpus-themes/")],
+                    ["case/judge", "sup P", "sup R", "sup F1", "false sup", "merge P", "merge R", "merge F1",
+                     "canonical", "cross-user", "reviews"]))
     if a.synthesis:
         for n, s in syn.items():
             if s["synthesis"]:
@@ -267,6 +268,8 @@ def main() -> int:
                   f"bench/corpus/reader-answers/{name}; every memory active, one run): {r['patterns']} patterns, "
                   f"theme recall {r['theme_recall']}, pattern precision {r['pattern_precision']}, "
                   f"people without an answer {r['unanswered']}")
+    if not result["real"]:
+        return 0
     print("\nReal cases (audit.py with bench/audits/real-<case>.jsonl)")
     rows = []
     for n, r in result["real"].items():

@@ -358,19 +358,24 @@ def train_cross(examples: Sequence[tuple[Memory, Memory, str]], epochs: float = 
 
 @click.command()
 @click.option("--head-only", is_flag=True, help="Keep the shipped cross-encoder; retrain the head only.")
+@click.option("--cross-only", is_flag=True, help="Keep the shipped head; retrain the cross-encoder only.")
 @click.option("--calibrate", "calibrate_only", is_flag=True,
               help="Keep both shipped models; recompute the thresholds and the floor only.")
+@click.option("--with-written", is_flag=True,
+              help="Also train on the pairs written as pairs (bench/corpus/written): measured, not shipped.")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
-def main(head_only: bool, calibrate_only: bool, as_json: bool) -> None:
+def main(head_only: bool, cross_only: bool, calibrate_only: bool, with_written: bool, as_json: bool) -> None:
     """Train, calibrate and write the learned judge (streams/core/models/)."""
     import onnxruntime as ort
 
+    if head_only + cross_only + calibrate_only > 1:
+        raise click.UsageError("give at most one of --head-only, --cross-only and --calibrate")
     start = time.perf_counter()
     labels = [p for p in jc.labelled_pairs() if p["split"] in ("train", "calibration")]  # never "test"
     rows = jc.stream_rows()
     if calibrate_only:
         labels = [p for p in labels if p["split"] == "calibration"]
-    else:  # the pairs written as pairs: training only, never calibration (their share of actions is no stream's)
+    elif with_written:  # training only, never calibration (their share of actions is no stream's)
         written_rows, written = jc.written_pairs(jc.WRITTEN, "train")
         labels, rows = labels + written, rows + written_rows
     needed = {p["person"] for p in labels}
@@ -381,14 +386,14 @@ def main(head_only: bool, calibrate_only: bool, as_json: bool) -> None:
     before = judge_model.MODEL_DIR / "judge.json"
     shipped: dict[str, Any] = json.loads(before.read_text()) if before.exists() else {}
     kept = ("head", "cv_log_loss", "cross_training", "train_pairs", "revoiced_pairs")
-    if calibrate_only:
-        if head_only:
-            raise click.UsageError("--calibrate keeps both models; --head-only retrains one: give one of them")
+    if calibrate_only or cross_only:
         if not all(k in shipped for k in kept) or not (judge_model.MODEL_DIR / "judge.onnx").exists():
-            raise click.UsageError(f"--calibrate needs a trained judge in {judge_model.MODEL_DIR}: "
-                                   "run without it first")
+            raise click.UsageError(f"{'--calibrate' if calibrate_only else '--cross-only'} needs a trained judge "
+                                   f"in {judge_model.MODEL_DIR}: run without it first")
         graph = (judge_model.MODEL_DIR / "judge.onnx").read_bytes()
         trained = {k: shipped[k] for k in kept}
+        if cross_only:
+            trained["cross_training"] = train_cross(train_examples(labels, mems, embed, rows))
     else:
         graph, trained = train(labels, mems, embed, rows, head_only, shipped.get("cross_training", {}))
     click.echo(f"calibrating on {len(cal)} pairs ...", err=True)
@@ -438,10 +443,20 @@ def train(labels: Sequence[dict[str, Any]], mems: dict[str, Memory], embed: Embe
     graph = judge_model.build_graph(_layers(model), mean, scale)
     judge_model.MODEL_DIR.mkdir(parents=True, exist_ok=True)
     (judge_model.MODEL_DIR / "judge.onnx").write_bytes(graph)
-    examples = [(*revoiced.get(p["id"], (mems[p["newer"]], mems[p["older"]])), p["cls"]) for p in train]
-    cross_fig: dict[str, Any] = {**kept, "kept": True} if head_only else train_cross(examples)
+    cross_fig: dict[str, Any] = {**kept, "kept": True} if head_only else train_cross(
+        train_examples(labels, mems, embed, rows, revoiced))
     return graph, {"head": best, "cv_log_loss": losses, "cross_training": cross_fig, "train_pairs": len(train),
                    "revoiced_pairs": len(revoiced)}
+
+
+def train_examples(labels: Sequence[dict[str, Any]], mems: dict[str, Memory], embed: Embedder,
+                   rows: list[dict[str, Any]], revoiced: dict[str, tuple[Memory, Memory]] | None = None,
+                   ) -> list[tuple[Memory, Memory, str]]:
+    """The cross-encoder's (newer, older, class) examples: the train split, a seeded share revoiced."""
+    train = [p for p in labels if p["split"] == "train"]
+    if revoiced is None:
+        revoiced = revoiced_pairs(train, mems, embed, rows)
+    return [(*revoiced.get(p["id"], (mems[p["newer"]], mems[p["older"]])), p["cls"]) for p in train]
 
 
 if __name__ == "__main__":

@@ -218,3 +218,36 @@ def test_one_alignment_per_pair_gives_every_reading_both_ways(embedder, older: s
         memo(*first)
         assert np.array_equal(pf.pair_vector(new, old, fn, fo, "unrelated", "no_evidence", memo), fresh)
         assert memo(fo, fn) == al.coverage(fo, fn) and memo(fn, fo) == al.coverage(fn, fo)
+
+
+def test_written_pairs_keep_only_what_both_labellers_agree_on(tmp_path) -> None:
+    """A pair the second labeller classes otherwise is left out; one conversation is minutes apart, two on one
+    day are hours apart (the judge reads one conversation as its own evidence)."""
+    import orjson
+
+    from dreamstream.streams.dev.judge_corpus import written_pairs
+
+    def pair(pid: str, label: str, fuller: str | None, new_date: str, new_session: int) -> dict:
+        return {"id": pid, "person": "T-ana", "older": {"text": f"{pid} old", "date": "2026-01-02", "session": 1},
+                "newer": {"text": f"{pid} new", "date": new_date, "session": new_session},
+                "label": label, "fuller": fuller}
+
+    written = [pair("a", "same", "new", "2026-01-02", 1), pair("b", "update", None, "2026-01-02", 2),
+               pair("c", "same", "equal", "2026-03-01", 4)]
+    second = [{"id": "a", "label": "same", "fuller": "new"}, {"id": "b", "label": "update"},
+              {"id": "c", "label": "same", "fuller": "each"}]  # another class: dropped
+    (tmp_path / "T1.jsonl").write_bytes(b"\n".join(orjson.dumps(r) for r in written))
+    (tmp_path / "T1.labels.jsonl").write_bytes(b"\n".join(orjson.dumps(r) for r in second))
+    (tmp_path / "T2.jsonl").write_bytes(orjson.dumps(pair("d", "same", "old", "2026-02-01", 3)))  # no labels yet
+    rows, pairs = written_pairs(tmp_path, "train")
+    assert [(p["id"], p["cls"], p["split"]) for p in pairs] == [("a", "same_new", "train"), ("b", "update", "train")]
+    at = {r["memory_id"]: r["created_at"] for r in rows}
+    assert at == {"a-o": "2026-01-02T09:00:00Z", "a-n": "2026-01-02T09:05:00Z",
+                  "b-o": "2026-01-02T09:00:00Z", "b-n": "2026-01-02T18:00:00Z"}
+
+
+def test_train_judge_takes_one_partial_rebuild_at_a_time() -> None:
+    from click.testing import CliRunner
+
+    out = CliRunner().invoke(train_judge.main, ["--head-only", "--cross-only"])
+    assert out.exit_code == 2 and "at most one of" in out.output
