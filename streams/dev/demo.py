@@ -17,7 +17,7 @@ from importlib import resources
 from pathlib import Path
 
 from dreamstream.schemas.events import InvalidEvent, parse_memory_event
-from dreamstream.streams.dev.localrun import ROOT, WorkerProcess, consume_all, produce
+from dreamstream.streams.dev.localrun import ROOT, WorkerProcess, consume_all, delete_topics_named, produce
 
 
 def main() -> int:
@@ -66,6 +66,9 @@ def main() -> int:
                     break
     finally:
         worker.stop()
+        # Its topics go with it: each run names its own, and a broker that keeps them all starts slower and slower.
+        gone = asyncio.run(delete_topics_named(kafka, [name]))
+        print(f"\nremoved the demo's {gone} Kafka topics")
     store = os.path.relpath(worker.store_dir, Path.cwd())
     print(f"\nThe store stays in {store}. Read it back with:\n"
           f"  .venv/bin/dream get --store {store} --user {users[0]}\n"

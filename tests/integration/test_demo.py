@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -24,3 +25,18 @@ def test_the_demo_shows_what_the_worker_decided(kafka: str, tmp_path: Path) -> N
     labels = [line.split("]")[0].strip(" [") for line in carla]
     assert labels and "history" in labels and labels == sorted(labels, key=lambda x: x == "history")
     assert f"dream get --store {os.path.relpath(tmp_path / 'demo' / 'store')}" in text
+    # Its topics are gone from the broker once it has run (each run names its own).
+    name = text.split("to topic added-")[1].split(",")[0]
+    assert name.startswith("demo-")
+    assert not [t for t in asyncio.run(topic_names(kafka)) if t.endswith(f"-{name}") or f"dream-{name}-" in t]
+
+
+async def topic_names(kafka: str) -> list[str]:
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka)
+    await admin.start()
+    try:
+        return list(await admin.list_topics())
+    finally:
+        await admin.close()
