@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from dreamstream.agents import text_features as tf
-from dreamstream.agents.merge_supersede import FeaturesOf, OfflineJudge, cosine
+from dreamstream.agents.merge_supersede import FeaturesOf, OfflineJudge, Verdict, cosine, gate
 from dreamstream.agents.merge_supersede import Judge as JudgeOfMany
 from dreamstream.schemas.memory import Memory, parse_time
 from dreamstream.schemas.schedules import (  # noqa: F401  (part of this module's interface)
@@ -74,6 +74,10 @@ class MergeProposal:
     b: Memory
     merged_text: str
     score: float
+    held: bool = False
+    """A person decides it: ingest held the pair for review, the judge only may see one fact, or a merge
+    would join what ingest's gates keep apart (a negation, another value in one slot, a number the other
+    lacks). An unattended pass (`--auto`, `--yes`, a schedule) leaves it waiting (`unattended`)."""
 
     @property
     def item(self) -> str:
@@ -135,7 +139,8 @@ class Plan:
             "plan_id": self.plan_id, "project": self.project, "user": self.user_id, "app": self.app_id,
             "considered": self.considered,
             "merges": [{"item": m.item, "a": m.a.memory_id, "b": m.b.memory_id, "a_text": m.a.text,
-                        "b_text": m.b.text, "merged_text": m.merged_text, "score": round(m.score, 4)}
+                        "b_text": m.b.text, "merged_text": m.merged_text, "score": round(m.score, 4),
+                        "held": m.held}
                        for m in self.merges],
             "conflicts": [{"item": c.item, "a": c.a.memory_id, "b": c.b.memory_id, "a_text": c.a.text,
                            "b_text": c.b.text, "likely": c.likely, "reason": c.reason, "score": round(c.score, 4)}
@@ -308,12 +313,28 @@ def _asked_once(judge: Judge) -> Judge:
     return ask
 
 
-def _propose(plan: Plan, proposal: str, newer: Memory, older: Memory, score: float, reason: str = "") -> None:
+def _propose(plan: Plan, proposal: str, newer: Memory, older: Memory, score: float, reason: str = "",
+             held: bool = True) -> None:
     if proposal == "conflict":
         likely = "A" if newer.confidence >= older.confidence else "B"
         plan.conflicts.append(Conflict(a=newer, b=older, likely=likely, score=score, reason=reason))
     else:
-        plan.merges.append(MergeProposal(a=older, b=newer, merged_text=draft_merge(older, newer), score=score))
+        plan.merges.append(MergeProposal(a=older, b=newer, merged_text=draft_merge(older, newer), score=score,
+                                         held=held))
+
+
+def sure_merge(newer: Memory, older: Memory, relation: str) -> bool:
+    """A merge an unattended pass may apply: the judge reads one fact, and ingest's gates would let it merge."""
+    if relation != "same":
+        return False
+    verdict = Verdict(older.memory_id, "same", 1.0, "consolidate", {}, None)
+    return gate(verdict, newer, older, False).relation == "same"
+
+
+def unattended(plan: Plan) -> tuple[Plan, int]:
+    """What a pass nobody answers applies: the plan without its held merges, and how many wait for a person."""
+    kept = [m for m in plan.merges if not m.held]
+    return replace(plan, merges=kept), len(plan.merges) - len(kept)
 
 
 def analyse(
@@ -363,7 +384,8 @@ def analyse(
                 continue
             relation, rule = judge(newer, older)
             reading = "reads A as replacing B" if relation == "replaces" else "was unsure whether A replaces B"
-            _propose(plan, made, newer, older, cos, f"the judge {reading} ({rule}; similarity {cos:.2f})")
+            _propose(plan, made, newer, older, cos, f"the judge {reading} ({rule}; similarity {cos:.2f})",
+                     held=made == "merge" and not sure_merge(newer, older, relation))
             used.update((older.memory_id, newer.memory_id))
     for m in sorted(pool, key=lambda m: (m.created_at, m.memory_id)):
         if m.memory_id in used:
@@ -417,6 +439,7 @@ def render_report(plan: Plan) -> str:
                 f'  - Original 1: "{truncate(m.a.text)}"',
                 f'  - Original 2: "{truncate(m.b.text)}"',
                 f'  - Merged:     "{" ".join(m.merged_text.split())}"',  # one line: the answers follow lines
+                *(["  Held: the judge is not sure these are one fact; --auto leaves it for you"] if m.held else []),
                 "",
             ]
     if plan.conflicts:
@@ -502,6 +525,8 @@ class Outcome:
     pruned: int = 0
     resolved: int = 0
     skipped: int = 0
+    held: int = 0
+    """Merges left for a person by a pass nobody answered (`unattended`)."""
     hard_delete: bool = False
     decision_id: str | None = None
     reminder_id: str | None = None
@@ -522,14 +547,16 @@ def render_summary(o: Outcome) -> str:
 
 def auto_line(project: str, o: Outcome) -> str:
     return (f"[dream --auto] project={project}  merged={o.merged_pairs}  pruned={o.pruned}  "
-            f"conflicts_skipped={o.skipped}")
+            f"conflicts_skipped={o.skipped}  merges_held={o.held}")
 
 
-def reminder_text(skipped: int, user_id: str, app_id: str | None) -> str:
+def reminder_text(skipped: int, user_id: str, app_id: str | None, held: int = 0) -> str:
     scope = f"--user {user_id}" + (f" --app {app_id}" if app_id else "")
-    noun = "contradiction needs" if skipped == 1 else "contradictions need"
-    return (f"Dream: {skipped} {noun} review. Run `dream consolidate {scope}` to choose which memory is "
-            f"current for each.")
+    parts = [f"{n} {noun}{'' if n == 1 else 's'}" for n, noun in ((skipped, "contradiction"),
+                                                                 (held, "possible merge")) if n]
+    verb = "needs" if skipped + held == 1 else "need"
+    what = "which memory is current for each" if not held else "what holds"
+    return f"Dream: {' and '.join(parts)} {verb} review. Run `dream consolidate {scope}` to choose {what}."
 
 
 # --- decay -------------------------------------------------------------------------------------------

@@ -272,18 +272,20 @@ async def consolidate(user: str | None, app_id: str | None, auto: bool, dry_run:
         if auto:
             note_stage(applying)
             click.echo(started, err=True)
-            outcome, events = runner.apply_plan(store, shared_embedder(), plan, hard_delete=hard_delete,
-                                                reminder=True, pass_id=pass_id)
+            sure, held = cons.unattended(plan)  # nobody answers: a merge that needs a person waits
+            outcome, events = runner.apply_plan(store, shared_embedder(), sure, hard_delete=hard_delete,
+                                                reminder=True, pass_id=pass_id, held=held)
             click.echo(json.dumps({"mode": "auto", "line": cons.auto_line(plan.project, outcome),
                                    **outcome.to_dict()}, indent=2, sort_keys=True) if as_json
                        else cons.auto_line(plan.project, outcome))
             if outcome.reminder_id:
-                click.echo(f"stored a reminder ({outcome.reminder_id}): {outcome.skipped} conflicts need review",
-                           err=as_json)
+                click.echo(f"stored a reminder ({outcome.reminder_id}): {outcome.skipped} conflicts and "
+                           f"{outcome.held} merges need review", err=as_json)
         else:
             if yes:
                 click.echo(cons.report_without_prompt(plan))
-                answers = {c.item: "skip" for c in plan.conflicts}  # nobody chose: conflicts wait
+                # nobody chose: conflicts, and merges that need a person, wait
+                answers = {c.item: "skip" for c in plan.conflicts} | {m.item: "skip" for m in plan.merges if m.held}
                 go = True
             else:
                 if hard_delete and plan.prunes:
@@ -297,7 +299,8 @@ async def consolidate(user: str | None, app_id: str | None, auto: bool, dry_run:
             chosen, choices = cons.answer_plan(plan, answers)
             # reminder: the scope's reminder says how many conflicts still wait (none answered by hand: it goes)
             outcome, events = runner.apply_plan(store, shared_embedder(), chosen, choices, hard_delete=hard_delete,
-                                                reminder=True, pass_id=pass_id)
+                                                reminder=True, pass_id=pass_id,
+                                                held=sum(m.held for m in plan.merges) if yes else 0)
             click.echo(cons.render_summary(outcome))
         notes = []
         if hard_delete and outcome.pruned:

@@ -127,16 +127,18 @@ def apply_plan(
     hard_delete: bool = False,
     reminder: bool = False,
     pass_id: str | None = None,
+    held: int = 0,
 ) -> tuple[cons.Outcome, list[dict[str, Any]]]:
     """Merges, then resolved conflicts, then prunes, written as one crash-safe change
     (core/changes.py); returns what was done and its status events, which the caller publishes and
     then hands to `changes.sent` (the store keeps them as unsent until then).
 
     `choices` maps a conflict's index to "A", "B" or None (skip); a missing index skips. With
-    `reminder`, skipped conflicts leave a task_learning memory saying how to review them.
+    `reminder`, skipped conflicts, and the `held` merges a pass nobody answered left out (`cons.unattended`),
+    leave a task_learning memory saying how to review them.
     """
     outcome, change = prepare_pass(store, embed, plan, choices, hard_delete=hard_delete, reminder=reminder,
-                                   pass_id=pass_id)
+                                   pass_id=pass_id, held=held)
     if change.empty:
         return outcome, []
     if not change.holder:  # only hard deletes: the first deleted carries the intent, as a tombstone
@@ -155,6 +157,7 @@ def prepare_pass(
     hard_delete: bool = False,
     reminder: bool = False,
     pass_id: str | None = None,
+    held: int = 0,
 ) -> tuple[cons.Outcome, changes.Change]:
     """Everything a pass will write, computed before the first write (see `apply_plan`)."""
     choices = choices or {}
@@ -228,11 +231,13 @@ def prepare_pass(
             event(m, m.status, "expired", None, "consolidate_prune", extra)
             m.status = "expired"
         outcome.pruned += 1
+    outcome.held = held
     current = current_reminders(store, plan) if reminder else []
-    if reminder and not any(m.metadata.get("conflicts") == outcome.skipped for m in current):
-        # One current reminder per scope, saying how many conflicts wait now (none: the old ones go).
-        if outcome.skipped:
-            created.append(_reminder(store, embed, plan, outcome.skipped, stamp, did))
+    if reminder and not any(m.metadata.get("conflicts") == outcome.skipped and m.metadata.get("merges", 0) == held
+                            for m in current):
+        # One current reminder per scope, saying how many conflicts (and held merges) wait now (none: the old go).
+        if outcome.skipped or held:
+            created.append(_reminder(store, embed, plan, outcome.skipped, stamp, did, held))
             outcome.reminder_id = created[-1].memory_id
             event(created[-1], None, "active", None, "consolidate_new", {"reminder": True})
         for old in current:
@@ -287,13 +292,14 @@ def current_reminders(store: MemoryStore, plan: cons.Plan) -> list[Memory]:
             if m.metadata.get("reminder") and m.app_id == plan.app_id]
 
 
-def _reminder(store: MemoryStore, embed: Embed, plan: cons.Plan, skipped: int, stamp: str, did: str) -> Memory:
-    text = cons.reminder_text(skipped, plan.user_id, plan.app_id)
+def _reminder(store: MemoryStore, embed: Embed, plan: cons.Plan, skipped: int, stamp: str, did: str,
+              held: int = 0) -> Memory:
+    text = cons.reminder_text(skipped, plan.user_id, plan.app_id, held)
     mid = "dream-reminder-" + hashlib.sha256(f"{plan.user_id}|{plan.app_id}|{did}".encode()).hexdigest()[:12]
     return Memory(
         memory_id=mid, user_id=plan.user_id, text=text, created_at=stamp, updated_at=stamp, app_id=plan.app_id,
         metadata={"type": "task_learning", "confidence": 1.0, "source": cons.SOURCE, "reminder": True,
-                  "conflicts": skipped},
+                  "conflicts": skipped, "merges": held},
         vector=np.asarray(embed([text])[0], dtype=np.float32), decision_ids=[did],
     )
 
@@ -350,7 +356,7 @@ def plan_from_dict(store: MemoryStore, data: Mapping[str, Any]) -> cons.Plan:
                    and (seen is None or seen.get(mid) == cons.fingerprint(got[mid])) for mid in mids)
 
     plan = cons.Plan(project=data["project"], user_id=data["user"], app_id=data.get("app"))
-    plan.merges = [cons.MergeProposal(got[x["a"]], got[x["b"]], x["merged_text"], x["score"])
+    plan.merges = [cons.MergeProposal(got[x["a"]], got[x["b"]], x["merged_text"], x["score"], x.get("held", True))
                    for x in data["merges"] if live(x["a"], x["b"])]
     plan.conflicts = [cons.Conflict(got[x["a"]], got[x["b"]], x["likely"], x["score"], x.get("reason", ""))
                       for x in data["conflicts"] if live(x["a"], x["b"])]
@@ -425,7 +431,8 @@ def _control(proc: Any, command: str, args: Mapping[str, Any], retention: Mappin
         if not found:
             return {"project": plan.project, "found": 0, "message": cons.no_memories(plan.project)}, []
         if args.get("mode", "dry_run") == "auto":
-            outcome, events = apply_plan(proc.store, proc.embed, plan, reminder=True,
+            sure, held = cons.unattended(plan)
+            outcome, events = apply_plan(proc.store, proc.embed, sure, reminder=True, held=held,
                                          pass_id=None if command_id is None else new_pass_id(plan, command_id))
             return {"mode": "auto", "line": cons.auto_line(plan.project, outcome), **outcome.to_dict()}, events
         save_plan(data_dir, plan)

@@ -243,7 +243,7 @@ async def test_scheduled_pass_runs_when_due_and_once_per_firing(proc: Processor,
     table[sid] = {**entry, "registered_at": two_days_ago}
     [done] = await cw.run_due(datetime.now(UTC))
     assert done["mode"] == "auto" and done["pruned"] == 1
-    assert done["line"] == f"[dream --auto] project={user}  merged=0  pruned=1  conflicts_skipped=0"
+    assert done["line"] == f"[dream --auto] project={user}  merged=0  pruned=1  conflicts_skipped=0  merges_held=0"
     assert await cw.run_due(datetime.now(UTC)) == []  # the same firing never runs twice
     # The timer's update goes to the table through its own topic (tables change inside stream events).
     updates = await consume_all(appmod.settings.bootstrap_servers, cw.schedule_updates_topic.get_topic_name(), 1,

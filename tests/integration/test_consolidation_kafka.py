@@ -23,7 +23,8 @@ def test_auto_applies_skips_conflicts_and_stores_a_reminder(tmp_path: Path, embe
     out = _dream("consolidate", "--user", "u1", "--app", "proj", "--auto", store=store_dir,
                  KAFKA_BOOTSTRAP=kafka, DREAM_TOPIC_MEMORY_STATUS=topic)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "[dream --auto] project=proj  merged=1  pruned=2  conflicts_skipped=1" in out.stdout.splitlines()
+    line = "[dream --auto] project=proj  merged=1  pruned=2  conflicts_skipped=1  merges_held=0"
+    assert line in out.stdout.splitlines()
     events = asyncio.run(consume_all(kafka, topic, 6, 30))  # 2 merged, 1 canonical, 2 expired, 1 reminder
     assert sorted(e["action"] for e in events) == ["consolidate_merge"] * 2 + ["consolidate_new"] * 2 + \
         ["consolidate_prune"] * 2

@@ -25,7 +25,7 @@ from dreamstream.schemas import contracts
 from dreamstream.schemas.memory import Memory
 from dreamstream.streams.core import consolidation as runner
 from dreamstream.streams.core import reads
-from dreamstream.streams.core.ingest import Processor
+from dreamstream.streams.core.ingest import Incoming, Processor
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 DREAM = str(Path(sys.executable).with_name("dream"))
@@ -187,7 +187,8 @@ def test_summary_and_auto_line_texts() -> None:
     assert cons.render_summary(o) == (
         "Dream complete.\n  Merged:  2 pairs → 2 new memories\n  Pruned:  3 memories expired\n"
         "  Flagged: 1 contradictions resolved, 4 skipped")
-    assert cons.auto_line("proj", o) == "[dream --auto] project=proj  merged=2  pruned=3  conflicts_skipped=4"
+    assert cons.auto_line("proj", o) == ("[dream --auto] project=proj  merged=2  pruned=3  conflicts_skipped=4  "
+                                         "merges_held=0")
     assert [cons.parse_choice(a) for a in ("a", "B", "", "skip", "x")] == ["A", "B", None, None, None]
     assert [cons.parse_confirm(a) for a in ("", "y", "Y", "n", "No")] == [True, True, True, False, False]
 
@@ -306,6 +307,30 @@ def test_a_scheduled_auto_pass_over_an_unchanged_store_changes_nothing(proc: Pro
     assert proc.store.retrieve([first.memory_id])[first.memory_id].status == "expired"
     assert {(e["memory_id"], e["to_status"]) for e in events} == {(now.memory_id, "active"),
                                                                   (first.memory_id, "expired")}
+
+
+def test_an_unattended_pass_leaves_the_pairs_ingest_held_for_a_person(proc: Processor, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--auto` (and a schedule) merged every merge proposal, the ones ingest had held for review among them:
+    "Nia eats meat." and "Nia does not eat meat." became one current memory saying both. A pass nobody answers
+    applies only merges the judge reads as one fact and ingest's gates let through; the rest wait, counted in the
+    reminder, and a person still sees them."""
+    from tests.helpers import line
+
+    monkeypatch.setenv("DREAM_DATA_DIR", str(tmp_path / "data"))
+    texts = ["Nia's favourite colour is blue.", "Nia's favourite colour is green.", "Nia eats meat.",
+             "Nia does not eat meat.", "Nia has two kids.", "Nia has three kids."]
+    raws = [line({"type": "memory.added", "event_id": f"e-n{i}", "memory_id": f"n-{i}", "user_id": "nia", "text": t,
+                  "created_at": f"2026-0{1 + 2 * (i % 2)}-0{4 + i // 2}T10:00:00Z"}) for i, t in enumerate(texts)]
+    assert not proc.process([Incoming(raw=r) for r in raws]).dead_letters
+    plan, _ = runner.make_plan(proc.store, "nia", None, cons.DEFAULT_RETENTION)
+    reply, _ = runner.control(proc, "consolidate.run", {"user": "nia", "mode": "auto"}, None)
+    current = [m for m in proc.store.scroll({"user_id": "nia", "status": "active"})]
+    assert {m.memory_id for m in current if not m.metadata.get("reminder")} == {f"n-{i}" for i in range(6)}
+    assert plan.merges and all(m.held for m in plan.merges)  # a person still sees them
+    assert reply["merged_pairs"] == 0 and reply["held"] == len(plan.merges)
+    [reminder] = [m for m in current if m.metadata.get("reminder")]
+    assert f"{len(plan.merges)} possible merge" in reminder.text
 
 
 def test_approve_answers_each_item(proc: Processor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
