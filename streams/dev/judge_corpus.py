@@ -129,8 +129,9 @@ def labelled_pairs(path: Path = LABELS) -> list[dict[str, Any]]:
 
 WRITTEN = ROOT / "written"
 """Pairs written as pairs (`written/TN.jsonl`, each labelled by its writer) and labelled again blind by a
-second helper (`written/TN.labels.jsonl`): the train split only, for the positive classes the nominated
-pairs hold few of (restatements and updates worded far apart)."""
+second helper (`written/TN.labels.jsonl`): restatements and updates worded far apart, which the nominated pairs
+hold few of. Trained on only with `make train-judge ARGS=--with-written` (train split only; measured, not
+shipped: docs/decisions.md)."""
 BLIND = ROOT.parent / "blind-pairs"
 """Pairs written the same way by other helpers and never trained on: the judge's test on text nobody tuned it
 on (`make bench-quality`)."""
