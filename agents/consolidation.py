@@ -263,6 +263,18 @@ def recorded_reviews(active: Mapping[str, Memory]) -> list[tuple[Memory, Memory,
     return out
 
 
+def dismissed_pairs(active: Mapping[str, Memory]) -> set[frozenset[str]]:
+    """The pairs a person dismissed as review items (`dream undo` on the review decision): they said these are
+    two facts, so the pass does not propose them again."""
+    out: set[frozenset[str]] = set()
+    for newer in active.values():
+        undone = {d.get("decision_id") for d in newer.decisions if d.get("undone")}
+        for item in newer.conflicts:
+            if item.get("review") and item.get("decision_id") in undone:
+                out |= {frozenset((newer.memory_id, str(other))) for other in item.get("with") or []}
+    return out
+
+
 # --- the rules ---------------------------------------------------------------------------------------
 # A rule is one function. A pair rule names the proposal it makes for two active memories of one
 # type ("merge" or "conflict"; the report shows each under its section); a prune rule returns the
@@ -361,6 +373,7 @@ def analyse(
         if m.status == "active":
             by_type.setdefault(m.memory_type, []).append(m)
     active = {m.memory_id: m for m in pool if m.status == "active"}
+    dismissed = dismissed_pairs(active)
     for newer, older, proposal, score in recorded_reviews(active):
         if newer.memory_id in used or older.memory_id in used:
             continue
@@ -377,7 +390,8 @@ def analyse(
             if cos < CONFLICT_COS:
                 break
             older, newer = group[i], group[j]
-            if older.memory_id in used or newer.memory_id in used:
+            if older.memory_id in used or newer.memory_id in used \
+                    or frozenset((older.memory_id, newer.memory_id)) in dismissed:
                 continue
             made = next((p for rule in PAIR_RULES if (p := rule(newer, older, cos, judge))), None)
             if made is None:
@@ -512,8 +526,10 @@ def answer_plan(plan: Plan, answers: Mapping[str, str], rest: str = "apply") -> 
     return out, choices
 
 
-def parse_confirm(answer: str) -> bool:
-    return answer.strip().lower() not in ("n", "no")
+def parse_confirm(answer: str) -> bool | None:
+    """Y/n: Enter is yes; None for anything else ("skip", "cancel", "nope" were read as yes), asked again."""
+    word = answer.strip().lower()
+    return True if word in ("", "y", "yes") else False if word in ("n", "no") else None
 
 
 @dataclass

@@ -88,15 +88,24 @@ def interactive(report: str, items: dict[str, list[str]], each: bool) -> tuple[d
                 answer = _ask("Please answer A, B or skip (Enter skips). Which is current? [A/B/skip]")
             take("conflict", cons.parse_choice(answer or "") or "skip")
         elif line == cons.APPLY_PROMPT:
-            answer = _ask(line)
-            go = answer is not None and cons.parse_confirm(answer)  # end of input is not a yes
+            go = _confirm(line)
         else:
             click.echo(line)
             kind = "merge" if line.startswith("  - Merged:") else "prune" if line.startswith("PRUNE [") else None
             if each and kind:
-                answer = _ask(f"  {'Merge these' if kind == 'merge' else 'Prune it'}? [Y/n]")
-                take(kind, "apply" if answer is not None and cons.parse_confirm(answer) else "skip")
+                take(kind, "apply" if _confirm(f"  {'Merge these' if kind == 'merge' else 'Prune it'}? [Y/n]")
+                     else "skip")
     return answers, go
+
+
+def _confirm(prompt: str) -> bool:
+    """A Y/n answer, asked again until it is one; the end of input is not a yes."""
+    from dreamstream.agents import consolidation as cons
+
+    answer = _ask(prompt)
+    while answer is not None and cons.parse_confirm(answer) is None:
+        answer = _ask(f"Please answer y or n (Enter is yes). {prompt.strip()}")
+    return answer is not None and bool(cons.parse_confirm(answer))
 
 
 def plan_items(plan: Any) -> dict[str, list[str]]:
@@ -370,17 +379,18 @@ def through_worker(url: str, user: str | None, app_id: str | None, *, auto: bool
             click.echo(json.dumps({"project": plan.get("project"), "message": cons.NOTHING}) if as_json
                        else cons.NOTHING)
             return
-        if dry_run:
-            api.reject(plan["plan_id"])
+        if dry_run:  # changes nothing, and leaves the plan pending: its id is its content's, maybe another's plan
             if as_json:
                 click.echo(json.dumps({k: v for k, v in plan.items() if k != "report"}, indent=2, sort_keys=True))
                 return
             click.echo(plan["report"])
             click.echo("(dry run: no changes made)")
             return
-        if yes:
+        if yes:  # nobody chose: conflicts, and merges that need a person, wait (as without a worker)
             click.echo(plan["report"])
-            answers, go = {x["item"]: "skip" for x in plan["conflicts"]}, True
+            answers = {x["item"]: "skip" for x in plan["conflicts"]}
+            answers |= {x["item"]: "skip" for x in plan["merges"] if x.get("held", True)}
+            go = True
         else:
             answers, go = interactive(plan["report"] + "\n" + cons.APPLY_PROMPT, plan_items(plan), each)
         if not go:

@@ -402,3 +402,14 @@ def test_consolidation_item_by_item_over_http_the_client_and_the_cli(worker: Wor
     assert "Undo this pass: dream undo cons-" in asked.stdout
     counted = dream("stats", "--json")
     assert counted.returncode == 0 and json.loads(counted.stdout)["by_status"]["expired"] >= 2
+
+    # --yes beside a worker merged the pairs ingest held for a person ("prefers tea" / "prefers coffee" became
+    # one memory saying both); without a worker it left them. Both leave them now.
+    with Client(url(worker), token=TOKEN) as api:
+        tea = api.add("kim", "Kim prefers tea.", created_at="2026-01-04T10:00:00Z", wait=True)
+        coffee = api.add("kim", "Kim prefers coffee.", created_at="2026-03-04T10:00:00Z", wait=True)
+    unattended = dream("consolidate", "--user", "kim", "--yes")
+    assert unattended.returncode == 0 and "MERGE [mem:" in unattended.stdout, unattended.stderr
+    assert "Merged:  0 pairs" in unattended.stdout
+    with Client(url(worker), token=TOKEN) as api:
+        assert [api.get(m.memory_id, "kim").status for m in (tea, coffee)] == ["active", "active"]

@@ -191,6 +191,8 @@ def test_summary_and_auto_line_texts() -> None:
                                          "merges_held=0")
     assert [cons.parse_choice(a) for a in ("a", "B", "", "skip", "x")] == ["A", "B", None, None, None]
     assert [cons.parse_confirm(a) for a in ("", "y", "Y", "n", "No")] == [True, True, True, False, False]
+    # "skip", "cancel", "nope" were read as yes, and applied the pass: now asked again
+    assert [cons.parse_confirm(a) for a in ("skip", "cancel", "nope")] == [None, None, None]
 
 
 def _dream(*args: str, store: Path, timeout: float = 180, **env_extra: str) -> subprocess.CompletedProcess[str]:
@@ -331,6 +333,24 @@ def test_an_unattended_pass_leaves_the_pairs_ingest_held_for_a_person(proc: Proc
     assert reply["merged_pairs"] == 0 and reply["held"] == len(plan.merges)
     [reminder] = [m for m in current if m.metadata.get("reminder")]
     assert f"{len(plan.merges)} possible merge" in reminder.text
+
+
+def test_a_review_item_a_person_dismissed_is_not_proposed_again(proc: Processor) -> None:
+    """`dream undo` on a review decision dismisses it ("these are two facts"); the next pass proposed the same pair
+    again, and a schedule's reminder counted it on every run."""
+    from dreamstream.streams.core import undo as undo_mod
+    from tests.helpers import line
+
+    texts = ["Nia eats meat.", "Nia does not eat meat."]
+    raws = [line({"type": "memory.added", "event_id": f"e-d{i}", "memory_id": f"d-{i}", "user_id": "nia", "text": t,
+                  "created_at": f"2026-0{1 + 2 * i}-04T10:00:00Z"}) for i, t in enumerate(texts)]
+    assert not proc.process([Incoming(raw=r) for r in raws]).dead_letters
+    plan, _ = runner.make_plan(proc.store, "nia", None, cons.DEFAULT_RETENTION)
+    assert {frozenset((m.a.memory_id, m.b.memory_id)) for m in plan.merges} == {frozenset(("d-0", "d-1"))}
+    [review] = [d["decision_id"] for d in proc.store.retrieve(["d-1"])["d-1"].decisions if d.get("action") == "review"]
+    undo_mod.undo_decision(proc.store, review)
+    plan, _ = runner.make_plan(proc.store, "nia", None, cons.DEFAULT_RETENTION)
+    assert plan.empty
 
 
 def test_approve_answers_each_item(proc: Processor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
