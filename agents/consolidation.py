@@ -450,10 +450,10 @@ def render_report(plan: Plan) -> str:
         for m in plan.merges:
             out += [
                 f"MERGE [mem:{m.a.memory_id}] + [mem:{m.b.memory_id}] → NEW",
+                *(["  Held: the judge is not sure these are one fact; --auto leaves it for you"] if m.held else []),
                 f'  - Original 1: "{truncate(m.a.text)}"',
                 f'  - Original 2: "{truncate(m.b.text)}"',
                 f'  - Merged:     "{" ".join(m.merged_text.split())}"',  # one line: the answers follow lines
-                *(["  Held: the judge is not sure these are one fact; --auto leaves it for you"] if m.held else []),
                 "",
             ]
     if plan.conflicts:
