@@ -22,6 +22,7 @@ reader, and verdicts live in bench/audits/real-locomo-reviews.jsonl.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -68,41 +69,48 @@ def table(rows: list[list[Any]], head: list[str]) -> str:
     return "\n".join(lines)
 
 
-def corpus_scores(judges: list[str], splits: tuple[str, ...] = ("test",)) -> dict[str, Any]:
-    """Each judge on the labelled pairs of the corpus's people in `splits` (the sealed test by default)."""
+@functools.cache
+def _embedder() -> Any:
+    """The packaged model, loaded once for the corpus and the blind pairs."""
+    from dreamstream.streams.core.embedding import Embedder
+
+    return Embedder()
+
+
+def _pair_judges(judges: list[str]) -> dict[str, Any]:
+    """The judges asked for that judge pairs alone (the learned judge, the rules), built once each."""
     from dreamstream.agents.merge_supersede import OfflineJudge
     from dreamstream.streams.core import judge_model
-    from dreamstream.streams.core.embedding import Embedder
+
+    built = {"learned": judge_model.learned_judge, "offline": OfflineJudge}
+    return {j: built[j]() for j in judges if j in built}
+
+
+def corpus_scores(judges: list[str], splits: tuple[str, ...] = ("test",)) -> dict[str, Any]:
+    """Each judge on the labelled pairs of the corpus's people in `splits` (the sealed test by default)."""
     from dreamstream.streams.dev import judge_corpus as jc
 
     if not jc.LABELS.exists():
         return {}
-    out: dict[str, Any] = {}
     labels = jc.labelled_pairs()
     people = {p["person"] for p in labels if p["split"] in splits}
     rows = [r for r in jc.stream_rows() if r["person"] in people]
-    mems = jc.by_id(jc.memories(rows, Embedder()))
-    built = {"learned": lambda: judge_model.learned_judge(), "offline": lambda: OfflineJudge()}
-    for split in splits:
-        pairs = [p for p in labels if p["split"] == split]
-        out[split] = {j: jc.score_pairs(built[j](), pairs, mems) for j in judges if j in built}
-    return out
+    mems = jc.by_id(jc.memories(rows, _embedder()))
+    built = _pair_judges(judges)
+    return {split: {j: jc.score_pairs(judge, [p for p in labels if p["split"] == split], mems)
+                    for j, judge in built.items()} for split in splits}
 
 
 def blind_scores(judges: list[str]) -> dict[str, Any]:
     """Each judge on the blind pairs (bench/blind-pairs: written and labelled twice by helpers, never trained
     on), where writer and second labeller agree."""
-    from dreamstream.agents.merge_supersede import OfflineJudge
-    from dreamstream.streams.core import judge_model
-    from dreamstream.streams.core.embedding import Embedder
     from dreamstream.streams.dev import judge_corpus as jc
 
     rows, pairs = jc.written_pairs(jc.BLIND, "blind")
     if not pairs:
         return {}
-    mems = jc.by_id(jc.memories(rows, Embedder()))
-    built = {"learned": lambda: judge_model.learned_judge(), "offline": lambda: OfflineJudge()}
-    return {j: jc.score_pairs(built[j](), pairs, mems) for j in judges if j in built}
+    mems = jc.by_id(jc.memories(rows, _embedder()))
+    return {j: jc.score_pairs(judge, pairs, mems) for j, judge in _pair_judges(judges).items()}
 
 
 def review_items(store: Path) -> list[dict[str, str]]:
