@@ -442,6 +442,11 @@ def _control(proc: Any, command: str, args: Mapping[str, Any], retention: Mappin
     path = Path(data_dir) / PLANS_DIR / f"{args['plan_id']}.json"
     if not path.exists():
         raise KeyError(f"no pending plan {args['plan_id']}")
+    named = args.get("user")
+    owner = plan_user(data_dir, str(args["plan_id"]))
+    if named is not None and owner is not None and str(named) != owner:
+        # An operator who names the wrong user must not apply (or drop) someone else's reviewed pass.
+        raise KeyError(f"plan {args['plan_id']} is {owner}'s, not {named}'s: nothing was applied")
     if command == "consolidate.reject":
         path.unlink()
         return {"plan_id": args["plan_id"], "rejected": True}, []

@@ -279,6 +279,20 @@ def test_control_dry_run_plan_then_approve(proc: Processor, tmp_path: Path, monk
         runner.control(proc, "consolidate.approve", {"plan_id": details["plan_id"]}, None)
 
 
+def test_an_approval_naming_another_user_applies_nothing(proc: Processor, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """An operator's approval (or rejection) that names a user other than the plan's is refused and the plan
+    kept: before, the plan's own pass was applied whatever user the command named."""
+    monkeypatch.setenv("DREAM_DATA_DIR", str(tmp_path / "data"))
+    details, _ = runner.control(proc, "consolidate.run", {"user": "u1", "app": "proj"}, {"session_state": 90})
+    for command in ("consolidate.approve", "consolidate.reject"):
+        with pytest.raises(KeyError, match="is u1's, not u2's"):
+            runner.control(proc, command, {"plan_id": details["plan_id"], "user": "u2"}, None)
+    assert all(m.status == "active" for m in proc.store.scroll({"user_id": "u1"}))
+    approved, _ = runner.control(proc, "consolidate.approve", {"plan_id": details["plan_id"], "user": "u1"}, None)
+    assert approved["approved"] and approved["resolved"] == 1
+
+
 def test_a_scheduled_auto_pass_over_an_unchanged_store_changes_nothing(proc: Processor, tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """The first run merges, prunes and leaves one reminder of the skipped conflict; the runs after it
