@@ -165,6 +165,11 @@ def _searchable(query: str) -> None:
         raise DreamError("a search needs a query (to list a user's memories, use list)")
 
 
+def _user(user: str | None) -> dict[str, str]:
+    """`?user=` when given."""
+    return {} if user is None else {"user": user}
+
+
 def _seg(value: str) -> str:
     """One path segment: an id may hold `#`, `?` or `%`, which would otherwise cut or change the path.
     `.` and `..` cannot be one (a URL drops or climbs them: `/v1/memories/.` is the listing), so no
@@ -346,15 +351,17 @@ class Client:
             user_id, mode, app_id, dry_run))
         return out
 
-    def approve(self, plan_id: str, answers: Mapping[str, str] | None = None, rest: str = "apply") -> dict[str, Any]:
+    def approve(self, plan_id: str, answers: Mapping[str, str] | None = None, rest: str = "apply",
+                user: str | None = None) -> dict[str, Any]:
         """Applies a plan: each item as `answers` says (item id -> apply, skip, or A / B for a conflict),
-        the others as `rest` says (apply: as proposed, conflicts at their likely winner; skip)."""
+        the others as `rest` says (apply: as proposed, conflicts at their likely winner; skip). `user`: the
+        plan's user (finds the plan's worker when there are several; another user's plan is a 404)."""
         out: dict[str, Any] = self._call("POST", f"/v1/consolidations/{_seg(plan_id)}/approve",
-                                         json={"answers": dict(answers or {}), "rest": rest})
+                                         json={"answers": dict(answers or {}), "rest": rest}, params=_user(user))
         return out
 
-    def reject(self, plan_id: str) -> dict[str, Any]:
-        out: dict[str, Any] = self._call("DELETE", f"/v1/consolidations/{_seg(plan_id)}")
+    def reject(self, plan_id: str, user: str | None = None) -> dict[str, Any]:
+        out: dict[str, Any] = self._call("DELETE", f"/v1/consolidations/{_seg(plan_id)}", params=_user(user))
         return out
 
     def stats(self) -> dict[str, Any]:
@@ -466,13 +473,14 @@ class AsyncClient:
         return out
 
     async def approve(self, plan_id: str, answers: Mapping[str, str] | None = None,
-                      rest: str = "apply") -> dict[str, Any]:
+                      rest: str = "apply", user: str | None = None) -> dict[str, Any]:
         out: dict[str, Any] = await self._call("POST", f"/v1/consolidations/{_seg(plan_id)}/approve",
-                                               json={"answers": dict(answers or {}), "rest": rest})
+                                               json={"answers": dict(answers or {}), "rest": rest},
+                                               params=_user(user))
         return out
 
-    async def reject(self, plan_id: str) -> dict[str, Any]:
-        out: dict[str, Any] = await self._call("DELETE", f"/v1/consolidations/{_seg(plan_id)}")
+    async def reject(self, plan_id: str, user: str | None = None) -> dict[str, Any]:
+        out: dict[str, Any] = await self._call("DELETE", f"/v1/consolidations/{_seg(plan_id)}", params=_user(user))
         return out
 
     async def stats(self) -> dict[str, Any]:

@@ -440,7 +440,7 @@ class ApproveView(View):
             raise ValueError('an approval is {"answers": {item: apply|skip|A|B}, "rest": apply|skip}')
         if (passed := await plan_owner(request, plan_id)) is not None:
             return passed  # type: ignore[no-any-return]
-        return await _consolidation("consolidate.approve", {"plan_id": plan_id, **body})
+        return await _consolidation("consolidate.approve", {"plan_id": plan_id, **body, **_named_user(request)})
 
 
 @app.page("/v1/consolidations/{plan_id}")
@@ -450,7 +450,13 @@ class PlanView(View):
         """The plan dropped, nothing applied."""
         if (passed := await plan_owner(request, plan_id)) is not None:
             return passed  # type: ignore[no-any-return]
-        return await _consolidation("consolidate.reject", {"plan_id": plan_id})
+        return await _consolidation("consolidate.reject", {"plan_id": plan_id, **_named_user(request)})
+
+
+def _named_user(request: Request) -> dict[str, str]:
+    """The ?user= a plan's approval or rejection names: checked against the plan's own user (404 if another)."""
+    user = request.query.get("user")
+    return {"user": user} if user else {}
 
 
 async def plan_owner(request: Request, plan_id: str) -> Any | None:

@@ -377,7 +377,12 @@ def test_consolidation_item_by_item_over_http_the_client_and_the_cli(worker: Wor
         with pytest.raises(DreamAPIError) as bad:
             api.approve(plan["plan_id"], {prunes[added[0].memory_id]: "A"})
         assert bad.value.status == 400 and "is a prune: answer apply or skip" in bad.value.message
-        done = api.approve(plan["plan_id"], {prunes[added[0].memory_id]: "apply"}, rest="skip")
+        for wrong in (lambda: api.approve(plan["plan_id"], user="ivo"), lambda: api.reject(plan["plan_id"], user="ivo")):
+            with pytest.raises(DreamAPIError) as other:  # another user's name: the plan is not theirs, nothing runs
+                wrong()
+            assert other.value.status == 404 and "is kit's, not ivo's" in other.value.message
+        assert [api.get(a.memory_id, "kit").status for a in added] == ["active"] * 3
+        done = api.approve(plan["plan_id"], {prunes[added[0].memory_id]: "apply"}, rest="skip", user="kit")
         assert done["pruned"] == 1 and done["status_events"] == 1 and done["decision_id"].startswith("cons-")
         assert [api.get(a.memory_id, "kit").status for a in added] == ["expired", "active", "active"]
         with pytest.raises(DreamAPIError) as gone:
