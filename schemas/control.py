@@ -19,7 +19,7 @@ import orjson
 
 from dreamstream.schemas import contracts
 from dreamstream.schemas.errors import InvalidInput
-from dreamstream.schemas.events import InvalidEvent, decode, now_iso
+from dreamstream.schemas.events import InvalidEvent, check_id, decode, now_iso
 from dreamstream.schemas.schedules import parse_schedule
 
 CONTROL = "dream.control"
@@ -52,6 +52,10 @@ class Command:
         return orjson.dumps({"command": self.command, "args": self.args}, option=orjson.OPT_SORT_KEYS)
 
 
+ID_ARGS = ("user", "app", "project")
+"""Arguments that name a user or a scope: refused, never repaired, as in memory events (`events.check_id`)."""
+
+
 def parse_command(raw: bytes | str | dict[str, Any], token: str | None = None) -> Command:
     """A validated command; `token`, when the worker has one configured, must match the command's."""
     try:
@@ -74,6 +78,11 @@ def parse_command(raw: bytes | str | dict[str, Any], token: str | None = None) -
         raise InvalidCommand("missing_field" if keyword == "required" else "bad_field",
                              f"{name} needs {path}" if keyword == "required" else message, cid)
     args = obj.get("args", {})
+    for key in ID_ARGS:  # as a memory event's ids: "ops|team" and "ops" + app "team\0" must never be one scope
+        try:
+            check_id(args.get(key), key)
+        except InvalidEvent as exc:
+            raise InvalidCommand("bad_field", exc.message, cid) from exc
     if name == "consolidate.schedule":
         try:
             parse_schedule(args["schedule"])

@@ -284,6 +284,18 @@ def test_control_commands_and_replies_validate() -> None:
     assert err.value.reason == "unauthorised"
     signed = command("settings.show", token="secret")
     assert parse_command(orjson.dumps(signed), token="secret").command == "settings.show"
+    # A user or scope that no memory event could name is refused: "ops" with app "team\0" and "ops|team" shared
+    # a schedule id, and the second schedule silently replaced the first.
+    for args in ({"user": "ops", "app": "team\u0000", "schedule": "daily"}, {"user": " ops", "schedule": "daily"},
+                 {"user": "../x", "schedule": "daily"}):
+        with pytest.raises(InvalidCommand) as err:
+            parse_command(orjson.dumps(command("consolidate.schedule", args)))
+        assert err.value.reason == "bad_field"
+    for name in ("erase", "reprocess", "consolidate.run"):
+        with pytest.raises(InvalidCommand):
+            parse_command(orjson.dumps(command(name, {"user": "u\u0000"})))
+    with pytest.raises(InvalidCommand):
+        parse_command(orjson.dumps(command("synthesis.enable", {"project": "p\n"})))
 
 
 def test_every_command_of_the_schema_has_one_handler_in_the_worker() -> None:
