@@ -64,6 +64,7 @@ class EdgeStore:
         os.makedirs(self.path, exist_ok=True)
         self._files_checked = 0.0
         self._writable(every_file=True)
+        self._free("opening it (the engine writes its log even to read)")
         self._lock = _take_lock(self.path, owner or f"pid {os.getpid()} ({os.path.basename(sys.argv[0]) or 'python'})")
         try:
             self.shard = self._open_shard()
@@ -124,9 +125,14 @@ class EdgeStore:
         made the store unwritable)."""
         faults.check_writable(self.path)
         self._writable()
+        self._free("writes")
+
+    def _free(self, what: str) -> None:
+        """StoreError unless the disk has min_free_bytes: the engine maps its files, and a mapped write
+        past a full disk kills the process with SIGBUS (creating or loading a store on one did)."""
         free = shutil.disk_usage(self.path).free
         if free < self.min_free_bytes:
-            raise StoreError(f"disk nearly full: {free // 2**20} MiB free under {self.path}, writes need "
+            raise StoreError(f"disk nearly full: {free // 2**20} MiB free under {self.path}, {what} needs "
                              f"{self.min_free_bytes // 2**20} MiB (DREAM_MIN_FREE_MB)")
 
     def upsert(self, memories: Sequence[Memory]) -> None:

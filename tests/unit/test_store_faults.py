@@ -67,6 +67,25 @@ def test_a_full_disk_refuses_writes_keeps_reads_and_recovers(tmp_path: Path, emb
     store.close()
 
 
+def test_a_store_is_not_opened_on_a_full_disk(tmp_path: Path, embedder: Any) -> None:
+    """Creating or loading a store on a full disk is a StoreError (one line in the CLI), never the engine's
+    mapped write past the disk's end: on a 20 MiB tmpfs `dream replay` and `dream get` died of SIGBUS."""
+    with pytest.raises(StoreError, match="disk nearly full: .* opening it"):
+        EdgeStore(tmp_path / "fresh", min_free_bytes=2**62)
+    store = EdgeStore(tmp_path / "store")
+    Processor(store, embedder).process([Incoming(raw=r) for r in GOOD[:2]])
+    store.close()
+    with pytest.raises(StoreError, match="disk nearly full"):
+        EdgeStore(tmp_path / "store", min_free_bytes=2**62)
+    got = subprocess.run([DREAM, "get", "--user", "user-ana", "--store", str(tmp_path / "store")],
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "HF_HUB_OFFLINE": "1", "DREAM_MIN_FREE_MB": str(2**40)})
+    assert got.returncode == 1 and len(got.stderr.strip().splitlines()) == 1 and "disk nearly full" in got.stderr
+    again = EdgeStore(tmp_path / "store")  # the refused opens left no lock behind
+    assert again.count() == 2
+    again.close()
+
+
 def test_backend_failures_surface_as_store_errors() -> None:
     store = ServerStore(location=":memory:")
     store.close()
