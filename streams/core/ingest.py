@@ -78,6 +78,8 @@ class BatchResult:
     embed_seconds: float = 0.0
     embedded: int = 0
     lags: list[float] = field(default_factory=list)
+    retired: set[str] = field(default_factory=set)
+    """Patterns a supersede in this batch retired (the store sees it only when the batch is written)."""
 
     def extend(self, other: BatchResult) -> None:
         self.status_events += other.status_events
@@ -788,12 +790,33 @@ class Processor:
                 result.status_events.append(status_event(
                     did, t.memory_id, t.user_id, before, to_status, new.memory_id, decision.action, evidence))
                 by_id.pop(t.memory_id, None)
+            if decision.action == "supersede":
+                self._retire_patterns(did, new, targets, record, writes, result, evidence)
         else:
             raise ValueError(f"unknown action {decision.action!r}")
         new.decisions.append(record)
         new.decision_ids.append(did)
         result.decisions[decision.action] += 1
         return writes
+
+    def _retire_patterns(self, did: str, new: Memory, targets: list[Memory], record: dict[str, Any],
+                         writes: dict[str, dict[str, Any]], result: BatchResult, evidence: dict[str, Any]) -> None:
+        """The active patterns drawn from a fact this decision superseded are retired with it (`expired`,
+        kept), as a delete retires them: their text states the old value as current. The undo brings them
+        back; the next synthesis run writes the theme again from the facts that hold."""
+        gone = [t.memory_id for t in targets]
+        found = self.store.scroll({"user_id": new.user_id, "kind": "pattern", "status": "active", "sources": gone})
+        for pattern in sorted(found, key=lambda m: m.memory_id):
+            if pattern.memory_id in result.retired or pattern.user_id != new.user_id:
+                continue
+            result.retired.add(pattern.memory_id)
+            record["before"][pattern.memory_id] = {k: getattr(pattern, k) for k in LINK_FIELDS}
+            source = next(x for x in pattern.sources if x in gone)
+            writes.setdefault(pattern.memory_id, {}).update({
+                "status": "expired", "decision_ids": [*pattern.decision_ids, did], "updated_at": now_iso()})
+            result.status_events.append(status_event(
+                did, pattern.memory_id, new.user_id, "active", "expired", new.memory_id, "supersede",
+                {**evidence, "source_superseded": source}))
 
     def undo(self, decision_id: str, by: str | None = None) -> list[dict[str, Any]]:
         """Reverts one decision (core/undo.py), crash-safe; returns its status events, kept unsent in

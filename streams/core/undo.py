@@ -103,6 +103,8 @@ def plan_undo(store: MemoryStore, decision_id: str, by: str | None = None) -> ch
                                                   evidence, undo=True))
             change.set(new_id, {back: [x for x in getattr(new, back) if x not in record["targets"]],
                                 "updated_at": stamp})
+        if action == "supersede":  # the patterns it retired with the fact it superseded
+            _restore_patterns(store, record, decision_id, change, evidence, stamp, owner.user_id)
     settle(store, change, owner.user_id, decision_id, evidence, stamp)
     marked = [dict(rec, undone=True, undone_at=stamp, undone_by=by, undo_events=len(change.events))
               if rec.get("decision_id") == decision_id else rec for rec in owner.decisions]
@@ -171,12 +173,28 @@ def settle(store: MemoryStore, change: changes.Change, user: str, decision_id: s
 
 
 def _quotes_only_current(store: MemoryStore, pattern: Memory, record: dict[str, Any], user: str) -> bool:
-    """Whether a pattern a delete retired may come back with its undo: none of its other sources was
-    deleted since (it quotes them; the next synthesis run writes the theme again from what is left)."""
+    """Whether a pattern a delete or a supersede retired may come back with its undo: none of its other
+    sources was deleted, replaced or expired since (it quotes them as current; the next synthesis run writes
+    the theme again from what holds). A merged source is still said, by the memory it was merged into."""
     back = set(record.get("before", {}))
     others = [x for x in pattern.sources if x not in back]
     got = store.retrieve(others) if others else {}
-    return all((m := got.get(x)) is not None and m.user_id == user and m.status != "deleted" for x in others)
+    return all((m := got.get(x)) is not None and m.user_id == user
+               and m.status not in ("deleted", "superseded", "expired") for x in others)
+
+
+def _restore_patterns(store: MemoryStore, record: dict[str, Any], decision_id: str, change: changes.Change,
+                      evidence: dict[str, Any], stamp: str, user: str) -> None:
+    """A supersede's undo: the patterns it retired come back, unless something moved them on since (a
+    synthesis run, a delete) or another of their sources no longer holds."""
+    ids = [x for x in record.get("before", {}) if x != record["new_id"] and x not in record["targets"]]
+    for mid, p in sorted((store.retrieve(ids) if ids else {}).items()):
+        if p.user_id != user or p.kind != "pattern" or p.status != "expired" or not p.decision_ids \
+                or p.decision_ids[-1] != decision_id or not _quotes_only_current(store, p, record, user):
+            continue
+        change.events.append(status_event(decision_id, mid, user, "expired", "active", None, "undo", evidence,
+                                          undo=True))
+        change.set(mid, {"status": "active", "updated_at": stamp})
 
 
 def _moved_to(change: changes.Change, decision_id: str, mid: str, user: str, was: str, status: str,

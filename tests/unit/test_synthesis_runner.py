@@ -310,3 +310,56 @@ def test_a_pattern_comes_back_with_the_undo_of_its_last_deleted_source_not_befor
     assert pattern.memory_id not in {r["memory_id"] for r in reads.get(edge_store, "u1")}
     undo_decision(edge_store, two[0]["decision_id"])
     assert edge_store.retrieve([pattern.memory_id])[pattern.memory_id].status == "active"
+
+
+def _update(source: str, text: str, at: str = "2025-04-05T10:00:00Z") -> dict[str, Any]:
+    """The user's own update of one memory (`replaces`): it supersedes it without the judge."""
+    return {"type": "memory.added", "event_id": f"e-upd-{source}", "memory_id": f"upd-{source}", "user_id": "u1",
+            "text": text, "created_at": at, "replaces": source,
+            "metadata": {"type": "user_fact", "confidence": 0.9, "pinned": False}}
+
+
+def test_a_superseded_source_retires_the_patterns_quoting_it_until_undone(
+        edge_store: Any, embedder: Any, tmp_path: Path) -> None:
+    """An update of a pattern's source left the pattern active, stating the old value as current until the next
+    synthesis run (weekly, or never with synthesis off). Now the supersede retires it and its undo brings it back."""
+    from dreamstream.streams.core.undo import undo_decision
+
+    proc = Processor(edge_store, embedder)
+    ingest(proc, events("u1"))
+    state = runner.SynthesisState.load(tmp_path / "state.json")
+    runner.enable(state, None, T0)
+    run(edge_store, embedder, state)
+    [pattern] = patterns(edge_store)
+    source = pattern.sources[0]
+    result = proc.process([Incoming(raw=orjson.dumps(_update(source, "Stopped running: a knee injury.")))])
+    moved = [(e["memory_id"], e["from_status"], e["to_status"]) for e in result.status_events]
+    assert moved == [(source, "active", "superseded"), (pattern.memory_id, "active", "expired")]
+    assert not patterns(edge_store)
+    assert pattern.memory_id not in {r["memory_id"] for r in reads.get(edge_store, "u1")}
+    undone = undo_decision(edge_store, result.status_events[0]["decision_id"])
+    assert {(e["memory_id"], e["to_status"]) for e in undone.events} == {(source, "active"),
+                                                                         (pattern.memory_id, "active")}
+    assert [p.memory_id for p in patterns(edge_store)] == [pattern.memory_id]
+
+
+def test_a_deleted_sources_undo_leaves_a_pattern_retired_when_another_source_was_replaced_since(
+        edge_store: Any, embedder: Any, tmp_path: Path) -> None:
+    """Delete one source (the pattern retires), update another, undo the delete: the pattern came back active
+    quoting the replaced fact as current."""
+    from dreamstream.streams.core import memories
+    from dreamstream.streams.core.undo import undo_decision
+
+    proc = Processor(edge_store, embedder)
+    ingest(proc, events("u1"))
+    state = runner.SynthesisState.load(tmp_path / "state.json")
+    runner.enable(state, None, T0)
+    run(edge_store, embedder, state)
+    [pattern] = patterns(edge_store)
+    first, second = pattern.sources[:2]
+    deleted = memories.delete_memory(edge_store, first, "u1") or []
+    ingest(proc, [_update(second, "Stopped running: a knee injury.")])
+    assert edge_store.retrieve([second])[second].status == "superseded"
+    undo_decision(edge_store, deleted[0]["decision_id"])
+    assert edge_store.retrieve([first])[first].status == "active"
+    assert edge_store.retrieve([pattern.memory_id])[pattern.memory_id].status == "expired"
