@@ -200,12 +200,25 @@ def hard_delete_memory(store: MemoryStore, memory_id: str, user: str) -> list[di
     for mid in derived:
         del others[mid]
     change = changes.Change(change_id=did, holder=min(others) if others else "", deletes=[memory_id, *derived])
+    heir = _heir(got, others)
+    inherited: dict[str, list[str]] = {"supersedes": [], "merged_from": []}
     for mid, m in sorted(others.items()):
         fields: dict[str, Any] = {"updated_at": stamp}
         for f in ("superseded_by", "merged_into"):
             if getattr(m, f) == memory_id:
                 fields[f] = None
-        if fields.keys() & {"superseded_by", "merged_into"} and m.status in ("superseded", "merged"):
+        hidden = fields.keys() & {"superseded_by", "merged_into"} and m.status in ("superseded", "merged")
+        if hidden and heir is not None:
+            # The memory gone was history itself: what it hid is older still, and stays history behind what
+            # replaced it (a restatement of a replaced fact is replaced too). Current again, it showed an outdated
+            # value beside the current one.
+            link, back = ("merged_into", "merged_from") if got.status == m.status == "merged" \
+                else ("superseded_by", "supersedes")
+            status = "merged" if link == "merged_into" else "superseded"
+            fields.update({link: heir.memory_id, "status": status})
+            inherited[back].append(mid)
+            events.append(status_event(did, mid, user, m.status, status, heir.memory_id, "delete", evidence))
+        elif hidden:
             fields["status"] = "active"  # what replaced it is gone (a deleted or expired one stays so)
             events.append(status_event(did, mid, user, m.status, "active", None, "delete", evidence))
         for f in ("supersedes", "merged_from", "sources"):
@@ -217,6 +230,9 @@ def hard_delete_memory(store: MemoryStore, memory_id: str, user: str) -> list[di
                 {**p, "with": [x for x in p.get("with") or [] if x != memory_id]}
                 for p in m.access.get("pending") or []]}
         change.set(mid, fields)
+    if heir is not None and any(inherited.values()):
+        now = change.updates.get(heir.memory_id, {})
+        change.set(heir.memory_id, {f: [*now.get(f, getattr(heir, f)), *ids] for f, ids in inherited.items() if ids})
     _move_pass_records(store, change, got, set(derived), user)
     change.events = events
     if not change.holder:  # nothing else linked: one the change updates (a pass record's heir), else a tombstone
@@ -224,6 +240,14 @@ def hard_delete_memory(store: MemoryStore, memory_id: str, user: str) -> list[di
     changes.apply(store, change)
     store.flush()
     return events
+
+
+def _heir(gone: Memory, others: dict[str, Memory]) -> Memory | None:
+    """What replaced or absorbed a memory being removed for good, when it was history itself (superseded or
+    merged, and that memory is still there and not deleted): the memories it hid are linked to it instead."""
+    link = {"superseded": gone.superseded_by, "merged": gone.merged_into}.get(gone.status)
+    heir = others.get(link or "")
+    return heir if heir is not None and heir.status != "deleted" else None
 
 
 def _move_pass_records(store: MemoryStore, change: changes.Change, gone: Memory, derived: set[str], user: str) -> None:

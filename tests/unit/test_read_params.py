@@ -84,6 +84,39 @@ def test_a_hard_delete_removes_the_memory_and_every_link_to_it(edge_store: Any, 
     assert (gone.status, gone.superseded_by) == ("deleted", None)  # unlinked, not brought back
 
 
+def test_a_hard_delete_of_a_middle_version_keeps_the_older_ones_history_behind_the_newest(
+        edge_store: Any, embedder: Any) -> None:
+    """Lisbon -> Porto -> Braga, then Porto removed for good: Lisbon became current again beside Braga (an
+    outdated value shown as current, and no undo for a hard delete). It stays history, now behind Braga; so
+    does a restatement merged into Porto."""
+    import numpy as np
+
+    from dreamstream.schemas.memory import Memory
+
+    texts = ["Lives in Lisbon.", "Lives in Porto.", "Lives in Braga.", "Lives in Porto, Portugal."]
+    vectors = embedder(texts)
+    stamp = "2026-01-01T10:00:00Z"
+
+    def mem(mid: str, i: int, **links: Any) -> Memory:
+        return Memory(memory_id=mid, user_id="u1", text=texts[i], created_at=stamp, updated_at=stamp,
+                      vector=np.asarray(vectors[i], dtype=np.float32), **links)
+
+    edge_store.upsert([mem("lisbon", 0, status="superseded", superseded_by="porto"),
+                       mem("porto", 1, status="superseded", superseded_by="braga", supersedes=["lisbon"],
+                           merged_from=["porto2"]),
+                       mem("porto2", 3, status="merged", merged_into="porto"),
+                       mem("braga", 2, supersedes=["porto"])])
+    events = memories.hard_delete_memory(edge_store, "porto", "u1") or []
+    assert [(e["memory_id"], e["from_status"], e["to_status"], e["linked_memory_id"]) for e in events] == [
+        ("porto", "superseded", "deleted", None), ("lisbon", "superseded", "superseded", "braga"),
+        ("porto2", "merged", "superseded", "braga")]
+    got = edge_store.retrieve(["lisbon", "porto2", "braga"])
+    assert (got["lisbon"].status, got["lisbon"].superseded_by) == ("superseded", "braga")
+    assert (got["porto2"].status, got["porto2"].superseded_by) == ("superseded", "braga")
+    assert got["braga"].supersedes == ["lisbon", "porto2"] and got["braga"].status == "active"
+    assert [r["memory_id"] for r in reads.get(edge_store, "u1", "latest_only")] == ["braga"]
+
+
 def _dee(edge_store: Any, embedder: Any) -> None:
     """Dee's home moved twice (two history rows), six other current facts, one of them in app crm."""
     rows = [event(1, "dee", "Dee lives in Lisbon.", day=1), event(2, "dee", "Dee moved to Porto.", day=12),
