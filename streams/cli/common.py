@@ -170,9 +170,12 @@ def print_rows(rows: list[dict[str, Any]], as_json: bool) -> None:
             link = f"  -> superseded by {r['superseded_by']}"
         elif r.get("merged_into"):
             link = f"  -> merged into {r['merged_into']}"
-        now = (r.get("replaced_by") or {}).get("memory_id")
+        replaced = r.get("replaced_by") or {}
+        now, gone = replaced.get("memory_id"), replaced.get("status") == "deleted"
         if now and now not in (r.get("superseded_by"), r.get("merged_into")):
-            link += f" (now {now})"
+            link += f" (now {now}{', deleted' if gone else ''})"
+        elif now and gone:
+            link += " (deleted)"  # named, but shown in no read: say why it cannot be found
         elif r.get("sources"):
             link = f"  <- from {len(r['sources'])} memories"
         score = f" {r['score']:.3f}" if "score" in r else ""

@@ -349,3 +349,19 @@ def test_a_line_break_in_a_memory_cannot_print_a_row_of_its_own(tmp_path: Path, 
     shown = dream("get", "--user", "mo", "--store", str(tmp_path / "store"))
     assert shown.returncode == 0 and len(shown.stdout.strip().splitlines()) == 1
     assert "Mo likes jazz. ⏎ [current ] m-0000000000000000" in shown.stdout
+
+
+def test_a_history_row_says_when_what_replaced_it_was_deleted(capsys: pytest.CaptureFixture[str]) -> None:
+    """The table named the deleted replacement ("-> superseded by C") as if it could be found; it is in no
+    read mode. The JSON row says `replaced_by.status`; the table now says it too."""
+    from dreamstream.streams.cli.common import print_rows
+
+    base = {"label": "history", "created_at": "2026-01-01T10:00:00Z", "text": "Lives in Porto."}
+    gone, kept = {"memory_id": "c", "status": "deleted"}, {"memory_id": "y", "status": "active"}
+    print_rows([{**base, "memory_id": "b", "superseded_by": "c", "replaced_by": gone},
+                {**base, "memory_id": "a", "superseded_by": "b", "replaced_by": gone},
+                {**base, "memory_id": "x", "superseded_by": "y", "replaced_by": kept}], as_json=False)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith("-> superseded by c (deleted)")
+    assert lines[1].endswith("-> superseded by b (now c, deleted)")
+    assert lines[2].endswith("-> superseded by y")
