@@ -491,6 +491,10 @@ class Processor:
         gone = [s for s in event.sources if found[s].status == "deleted"]
         if gone:  # deleted by a person while the pattern was being written: it must not quote them
             return "bad_field", f"pattern sources deleted: {', '.join(gone[:3])}", True
+        replaced = [s for s in event.sources if found[s].status in ("superseded", "expired")]
+        if replaced:  # replaced or pruned since the run read them: it would state them as current (the next run
+            # writes the theme again from what holds)
+            return "bad_field", f"pattern sources no longer current: {', '.join(replaced[:3])}", False
         return None
 
     def _redelivered(self, stored: Memory | None, result: BatchResult) -> None:

@@ -168,3 +168,18 @@ def test_a_signed_erase_sent_again_later_in_the_log_does_not_erase_what_came_aft
     assert edge_store.retrieve(["m-2"])["m-2"].status == "active"
     again = proc.process([at(signed, 2)])  # the same record, read again after a crash
     assert again.erased == ["u-1"] and not again.dead_letters and edge_store.retrieve(["m-2"]) == {}
+
+
+def test_a_pattern_read_after_its_source_was_replaced_is_not_stored_as_current(edge_store, embedder) -> None:
+    """A synthesis run read Lisbon, the user's update replaced it before the pattern was ingested (the two
+    topics have no order): the pattern would state Lisbon as current. Dead-lettered (the next run writes the
+    theme again); its text is not withheld, since the replaced memory is still shown as history."""
+    proc = Processor(edge_store, embedder)
+    assert _process(proc, _event()) == []
+    update = _event(event_id="e-2", memory_id="m-2", text="Ana moved to Porto.", replaces="m-1",
+                    created_at="2026-01-03T09:00:00Z")
+    assert _process(proc, update) == []
+    result = proc.process([Incoming(raw=_pattern(), topic="p", partition=0, offset=3)])
+    (dead,) = result.dead_letters
+    assert dead["reason"] == "bad_field" and "no longer current: m-1" in dead["error"]
+    assert edge_store.retrieve(["p-1"]) == {}
