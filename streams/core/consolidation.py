@@ -231,6 +231,18 @@ def prepare_pass(
             event(m, m.status, "expired", None, "consolidate_prune", extra)
             m.status = "expired"
         outcome.pruned += 1
+    # A pattern quoting a fact this pass replaces or prunes would state it as current: retired with it (its undo
+    # brings it back), as a supersede or a delete retires it.
+    gone = {m.memory_id for m in touched.values() if m.status in ("superseded", "expired")}
+    if gone:
+        for pattern in store.scroll({"user_id": plan.user_id, "kind": "pattern", "status": "active",
+                                     "sources": sorted(gone)}):
+            if pattern.memory_id in touched or pattern.user_id != plan.user_id:
+                continue
+            m = touch(pattern)
+            source = next(x for x in m.sources if x in gone)
+            event(m, m.status, "expired", source, "consolidate_prune", {"source_retired": source})
+            m.status = "expired"
     outcome.held = held
     current = current_reminders(store, plan) if reminder else []
     if reminder and not any(m.metadata.get("conflicts") == outcome.skipped and m.metadata.get("merges", 0) == held

@@ -279,6 +279,28 @@ def test_control_dry_run_plan_then_approve(proc: Processor, tmp_path: Path, monk
         runner.control(proc, "consolidate.approve", {"plan_id": details["plan_id"]}, None)
 
 
+def test_a_pass_retires_the_patterns_quoting_what_it_replaces_or_prunes_and_its_undo_brings_them_back(
+        proc: Processor, embedder: Any) -> None:
+    """A pass superseded "deploys on Fridays" and pruned a stale note, and the pattern quoting them stayed current,
+    stating them; one quoting only merged facts still holds (the merged memory says them)."""
+    store = proc.store
+    [deploys, tidy] = memories(embedder, [
+        ("pat-fri", "The team keeps a weekly release rhythm.", "2026-03-11T10:00:00Z", {"type": "pattern"}),
+        ("pat-pg", "Auth runs on PostgreSQL.", "2026-03-11T10:00:00Z", {"type": "pattern"})])
+    deploys.kind, deploys.sources = "pattern", ["fri-1", "sess-1", "pin-1"]
+    tidy.kind, tidy.sources = "pattern", ["pg-1", "pg-2", "pin-1"]
+    store.upsert([deploys, tidy])
+    plan, _ = runner.make_plan(store, "u1", "proj", cons.DEFAULT_RETENTION, now=NOW)
+    outcome, events = runner.apply_plan(store, proc.embed, plan, {0: "A"})
+    retired = [e for e in events if e["memory_id"] == "pat-fri"]
+    assert [(e["to_status"], e["evidence"]["source_retired"]) for e in retired] == [("expired", "fri-1")]
+    got = store.retrieve(["pat-fri", "pat-pg"])
+    assert (got["pat-fri"].status, got["pat-pg"].status) == ("expired", "active")
+    assert outcome.decision_id is not None
+    proc.undo(outcome.decision_id)
+    assert store.retrieve(["pat-fri"])["pat-fri"].status == "active"
+
+
 def test_an_approval_naming_another_user_applies_nothing(proc: Processor, tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """An operator's approval (or rejection) that names a user other than the plan's is refused and the plan
