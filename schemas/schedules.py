@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime
+from datetime import datetime, tzinfo
 
-from croniter import croniter
+from croniter import CroniterBadDateError, croniter
+from dateutil import tz
 
 NAMED_SCHEDULES = {"daily": ("0 3 * * *", 1), "weekly": ("0 3 * * 0", 1), "biweekly": ("0 3 * * 0", 2)}
 """name -> (cron expression in the worker's local time, run every nth firing)."""
@@ -19,6 +20,10 @@ def parse_schedule(spec: str) -> tuple[str, int]:
         return NAMED_SCHEDULES[key]
     if len(spec.split()) != 5 or not croniter.is_valid(spec):
         raise ValueError(f"schedule must be daily, weekly, biweekly or a 5-field cron expression, not {spec!r}")
+    try:  # "0 3 30 2 *" is valid cron and never fires: every later check of it would fail
+        croniter(spec.strip(), datetime(2000, 1, 1)).get_next(datetime)
+    except CroniterBadDateError:
+        raise ValueError(f"the cron expression {spec.strip()!r} never fires (no such date)") from None
     return spec.strip(), 1
 
 
@@ -32,14 +37,25 @@ def schedule_id(user_id: str, app_id: str | None) -> str:
     return "sched-" + hashlib.sha256(f"{user_id}{sep}{app_id or ''}".encode()).hexdigest()[:12]
 
 
-def schedule_fired(spec: str, last_fired: datetime | None, registered: datetime, now: datetime) -> bool:
+def schedule_fired(spec: str, last_fired: datetime | None, registered: datetime, now: datetime,
+                   zone: tzinfo | None = None) -> bool:
     """Whether a firing of `spec` came due in (the later of the last firing and the registration, now].
 
     Checked by a once-a-minute worker timer, so a worker that was down catches up with one run
-    (never one run per missed firing)."""
+    (never one run per missed firing). The expression is read on the wall clock of `zone` (the worker's
+    local time zone, with its daylight-saving rules): the next firing is found in wall time and only then
+    placed in time. Counted in a fixed UTC offset, 03:00 came due twice on the night clocks go back (02:00
+    and 03:00) and at 04:00 after they go forward. A naive datetime is wall time in `zone`."""
     cron, _every = parse_schedule(spec)
-    base = max(x for x in (last_fired, registered) if x is not None)
-    return bool(croniter(cron, base).get_next(datetime) <= now)
+    zone = zone or tz.tzlocal()
+
+    def aware(x: datetime) -> datetime:
+        return x.replace(tzinfo=zone) if x.tzinfo is None else x
+
+    base = max(aware(x) for x in (last_fired, registered) if x is not None)
+    wall = base.astimezone(zone).replace(tzinfo=None)
+    due = croniter(cron, wall).get_next(datetime).replace(tzinfo=zone)  # an hour that occurs twice: its first
+    return bool(due <= aware(now))
 
 
 def runs_on_firing(spec: str, firing: int) -> bool:

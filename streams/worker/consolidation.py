@@ -102,7 +102,11 @@ async def run_due(now: datetime) -> list[dict[str, Any]]:
         fired = max(filter(None, (entry.get("last_fired"), _fired.get(sid))), default=None)
         last = parse_time(fired).astimezone() if fired else None
         registered = parse_time(entry["registered_at"]).astimezone()
-        if not cons.schedule_fired(entry["schedule"], last, registered, local_now):
+        try:
+            if not cons.schedule_fired(entry["schedule"], last, registered, local_now):
+                continue
+        except ValueError:  # one that can never fire (registered before it was refused) stops no other
+            log.exception("consolidation schedule %s (%r) cannot fire: skipped", sid, entry.get("schedule"))
             continue
         firing = int(entry.get("firings") or 0)
         entry = {**entry, "last_fired": now_iso(), "firings": firing + 1}

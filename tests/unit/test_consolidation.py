@@ -13,7 +13,7 @@ import select
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -585,6 +585,28 @@ def test_schedules_fire_on_their_cron_in_local_time() -> None:
     assert cons.schedule_id("u1", "a") == cons.schedule_id("u1", "a") != cons.schedule_id("u1", None)
     assert cons.schedule_id("u1", "a") == "sched-b40171469189"  # ids registered before keep theirs
     assert cons.schedule_id("ops|team", None) != cons.schedule_id("ops", "team|")  # two scopes, two schedules
+
+
+def test_a_schedule_fires_once_a_night_when_the_clocks_change_and_one_that_never_fires_is_refused() -> None:
+    """In a fixed UTC offset, daily 03:00 fired at 02:00 and 03:00 the night New York's clocks went back (two
+    --auto passes; biweekly lost its rhythm) and at 04:00 after they went forward. A cron for 30 February was
+    accepted and then failed every check, stopping the schedules after it."""
+    from dateutil import tz
+
+    zone = tz.gettz("America/New_York")
+    back, forward = datetime(2026, 10, 31, 12, tzinfo=UTC), datetime(2026, 3, 7, 12, tzinfo=UTC)
+    for spec, start in (("daily", back), ("daily", forward), ("30 1 * * *", back)):
+        last, fired, t = None, [], start
+        while t < start + timedelta(days=3):
+            t += timedelta(minutes=1)
+            if cons.schedule_fired(spec, last, start, t, zone):
+                fired.append(t.astimezone(zone).strftime("%m-%d %H:%M"))
+                last = t
+        hour = "01:30" if spec.startswith("30") else "03:00"
+        assert [f[-5:] for f in fired] == [hour] * 3 and len({f[:5] for f in fired}) == 3, fired
+    for never in ("0 3 30 2 *", "0 3 31 4 *"):
+        with pytest.raises(ValueError, match="never fires"):
+            cons.parse_schedule(never)
 
 
 def test_an_approval_applies_only_what_is_as_the_plan_saw_it(proc: Processor, tmp_path: Path) -> None:
