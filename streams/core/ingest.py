@@ -664,7 +664,10 @@ class Processor:
             target = self._current_version(replaced, memory.user_id, batch)
         if target is None:
             asked = batch.changed.get(replaced) or self.store.retrieve([replaced]).get(replaced)
-            if asked is not None and asked.user_id == memory.user_id and asked.status in ("merged", "superseded"):
+            if asked is not None and asked.user_id == memory.user_id \
+                    and asked.status in ("merged", "superseded", "deleted"):
+                # Merged or replaced by the judge, or deleted by the person, since the edit was asked (an agent
+                # that updates a fact and then deletes the old version): the edit's text is kept, never dropped.
                 memory.metadata = {**memory.metadata, "edit_of": replaced}  # what the person meant to edit
                 return False
             raise InvalidEvent("bad_field", f"replaces {replaced}: no current memory of user {memory.user_id}")

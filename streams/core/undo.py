@@ -103,6 +103,7 @@ def plan_undo(store: MemoryStore, decision_id: str, by: str | None = None) -> ch
                                                   evidence, undo=True))
             change.set(new_id, {back: [x for x in getattr(new, back) if x not in record["targets"]],
                                 "updated_at": stamp})
+            _withdraw_edit(record, new, change, decision_id, evidence, stamp)
         if action == "supersede":  # the patterns it retired with the fact it superseded
             _restore_patterns(store, record, decision_id, change, evidence, stamp, owner.user_id)
     settle(store, change, owner.user_id, decision_id, evidence, stamp)
@@ -170,6 +171,20 @@ def settle(store: MemoryStore, change: changes.Change, user: str, decision_id: s
                 and _pass_undone(store, m):
             change.set(mid, {"status": "expired", "updated_at": stamp})
             _moved_to(change, decision_id, mid, user, "active", "expired", evidence)
+
+
+def _withdraw_edit(record: dict[str, Any], new: Memory, change: changes.Change, decision_id: str,
+                   evidence: dict[str, Any], stamp: str) -> None:
+    """Undoing a person's edit (a `replaces` update, not the judge's supersede) reverts the edit: the version it
+    wrote is withdrawn (`deleted`: hidden from every read, kept, by id it still answers), or the old and the new
+    text were both current. Only while nothing has joined or replaced that version since (then it stays)."""
+    ev = record.get("evidence") or {}
+    if ev.get("judge") != "user" or ev.get("rule") != "update" or new.status != "active" \
+            or new.merged_from or set(new.supersedes) - set(record["targets"]):
+        return
+    change.set(new.memory_id, {"status": "deleted", "updated_at": stamp})
+    change.events.append(status_event(decision_id, new.memory_id, new.user_id, "active", "deleted", None, "undo",
+                                      {**evidence, "edit_withdrawn": True}, undo=True))
 
 
 def _quotes_only_current(store: MemoryStore, pattern: Memory, record: dict[str, Any], user: str) -> bool:

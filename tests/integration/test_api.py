@@ -349,6 +349,7 @@ def test_update_keeps_the_old_version_as_history_and_undo_reverts_it(worker: Wor
         assert decision["evidence"]["rule"] == "update"
         dream.undo(decision["decision_id"])
         assert dream.get(old.memory_id, "hal").label == "current"
+        assert [m.memory_id for m in dream.list("hal", latest_only=True).memories] == [old.memory_id]  # reverted
         with pytest.raises(DreamAPIError) as bad:
             dream.update(old.memory_id, "ivy", text="Ivy's now.")
         assert bad.value.status == 404

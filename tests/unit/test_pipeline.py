@@ -447,6 +447,36 @@ def test_an_edit_of_a_fact_the_judge_replaced_since_never_overwrites_the_newer_f
     assert not forced
 
 
+def test_an_edit_whose_old_version_was_deleted_meanwhile_is_kept(proc: Processor) -> None:
+    """An agent updated a fact and at once deleted the old version: both calls answered 202/deleted, then ingest
+    dead-lettered the edit ("no current memory") and the user had no fact left."""
+    feed(proc, _raw("m-1", "ana", "Ana works at Acme.", 1))
+    edit = memories.update_event(proc.store, "m-1", "ana", {"text": "Ana works at Globex."})
+    assert memories.delete_memory(proc.store, "m-1", "ana")
+    assert not feed(proc, edit).dead_letters  # type: ignore[attr-defined]
+    got = proc.store.retrieve([edit["memory_id"]])[edit["memory_id"]]
+    assert (got.status, got.text, got.metadata["edit_of"]) == ("active", "Ana works at Globex.", "m-1")
+
+
+def test_undoing_a_persons_edit_reverts_it_and_undoing_the_judges_supersede_keeps_both(proc: Processor) -> None:
+    """After the undo of an update both "works at Acme" and "works at Globex" were current, contradicting each
+    other. The edit's version is withdrawn (deleted: hidden, kept); the judge's supersede, undone, leaves two
+    facts the person stated."""
+    feed(proc, _raw("m-1", "ana", "Ana works at Acme.", 1))
+    edit = memories.update_event(proc.store, "m-1", "ana", {"text": "Ana works at Globex."})
+    [moved] = [e for e in feed(proc, edit).status_events if e["memory_id"] == "m-1"]  # type: ignore[attr-defined]
+    events = proc.undo(moved["decision_id"])
+    assert {(e["memory_id"], e["to_status"]) for e in events} == {("m-1", "active"), (edit["memory_id"], "deleted")}
+    assert statuses(proc) == {"m-1": "active", edit["memory_id"]: "deleted"}
+    feed(proc, _raw("m-3", "ana", "Ana lives in Lisbon.", 3))
+    feed(proc, _raw("m-4", "ana", "Ana moved to Berlin last month.", 4))
+    assert proc.store.retrieve(["m-3"])["m-3"].superseded_by == "m-4"  # the judge's
+    [judged] = [d for d in proc.store.retrieve(["m-4"])["m-4"].decision_ids]
+    proc.undo(judged)
+    got = proc.store.retrieve(["m-3", "m-4"])
+    assert (got["m-3"].status, got["m-4"].status) == ("active", "active")
+
+
 def test_an_erase_record_erases_every_earlier_add_of_the_user_and_keeps_later_ones(proc: Processor) -> None:
     """DELETE /v1/users/U erased only what was stored when it ran: adds of U accepted before it and not yet
     ingested were stored after it. The erasure now travels on memory.added behind them."""
