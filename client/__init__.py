@@ -273,6 +273,8 @@ class Client:
             return _checked(self._http.request(method, path, **kwargs))
         except httpx.HTTPError as exc:
             raise _transport_error(self.url, exc) from None
+        except httpx.InvalidURL as exc:  # not an HTTPError: an id or a query too long for a URL
+            raise DreamError(f"cannot send this request: {exc}") from None
 
     def __enter__(self) -> Client:
         return self
@@ -373,8 +375,10 @@ class Client:
         """The memory `add` accepted, once the worker has stored it (adding goes through Kafka)."""
         deadline = time.monotonic() + timeout
         while True:
-            try:
-                return self.get(added.memory_id, added.user_id)
+            try:  # each try within the time left: a worker that does not answer cannot stretch the wait
+                left = max(deadline - time.monotonic(), 0.1)
+                return Memory.from_row(self._call("GET", f"/v1/memories/{_seg(added.memory_id)}",
+                                                  params={"user": added.user_id}, timeout=left))
             except DreamAPIError as exc:
                 if exc.status != 404:
                     raise
@@ -398,6 +402,8 @@ class AsyncClient:
             return _checked(await self._http.request(method, path, **kwargs))
         except httpx.HTTPError as exc:
             raise _transport_error(self.url, exc) from None
+        except httpx.InvalidURL as exc:  # not an HTTPError: an id or a query too long for a URL
+            raise DreamError(f"cannot send this request: {exc}") from None
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -491,8 +497,10 @@ class AsyncClient:
         """The memory `add` accepted, once the worker has stored it (adding goes through Kafka)."""
         deadline = time.monotonic() + timeout
         while True:
-            try:
-                return await self.get(added.memory_id, added.user_id)
+            try:  # each try within the time left: a worker that does not answer cannot stretch the wait
+                left = max(deadline - time.monotonic(), 0.1)
+                return Memory.from_row(await self._call("GET", f"/v1/memories/{_seg(added.memory_id)}",
+                                                        params={"user": added.user_id}, timeout=left))
             except DreamAPIError as exc:
                 if exc.status != 404:
                     raise

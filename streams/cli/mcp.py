@@ -184,6 +184,9 @@ def mcp(url: str | None, token: str | None, transport: str, host: str, port: int
         server.run("stdio")
         return
     free_port(host, port)
+    # Nor a line per call from the HTTP server: uvicorn configures its access log as it starts (a level set
+    # here is overwritten), and a logger's filters survive that.
+    logging.getLogger("uvicorn.access").addFilter(lambda record: False)
     server.run("streamable-http", host=host, port=port)
 
 

@@ -113,6 +113,37 @@ def test_mcp_over_http_on_a_taken_port_is_one_line() -> None:
                 f"Error: cannot listen on 127.0.0.1 port {port}: Address already in use"]
 
 
+def test_mcp_over_http_logs_nothing_per_call() -> None:
+    """uvicorn's access log wrote a line per call to stdout (the README: nothing is logged per call)."""
+    import socket
+    import time
+
+    import httpx
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen([DREAM, "mcp", "--transport", "streamable-http", "--port", str(port),
+                               "--url", "http://127.0.0.1:9"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=ENV)
+    hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}}
+    try:
+        answered = None
+        for _ in range(150):
+            try:
+                answered = httpx.post(f"http://127.0.0.1:{port}/mcp", json=hello, timeout=5,
+                                      headers={"accept": "application/json, text/event-stream"})
+                break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        assert answered is not None and answered.status_code == 200
+    finally:
+        server.terminate()
+        out, err = server.communicate(timeout=30)
+    assert "POST /mcp" not in out + err
+
+
 def test_stats_and_provenance_print_tables_and_json(tmp_path: Path, embedder: Any) -> None:
     import json
 

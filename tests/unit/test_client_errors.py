@@ -28,6 +28,32 @@ def test_a_worker_that_does_not_answer_is_a_timeout() -> None:
             dream.list("u-1")
 
 
+def test_wait_for_keeps_its_own_timeout_when_the_worker_does_not_answer() -> None:
+    """wait_for(timeout=1) waited out the client's whole HTTP timeout (30 s by default) on a stuck worker."""
+    import time
+
+    from dreamstream.client import Accepted
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(4)
+        with Client(f"http://127.0.0.1:{silent.getsockname()[1]}", timeout=30) as dream:
+            start = time.monotonic()
+            with pytest.raises(DreamTimeout):
+                dream.wait_for(Accepted(event_id="e", memory_id="m", user_id="u"), timeout=1)
+            assert time.monotonic() - start < 5
+
+
+def test_a_request_too_long_for_a_url_is_a_dream_error() -> None:
+    """httpx's InvalidURL is not an HTTPError: a 70,000-character id or a 14,000-word query escaped as a raw
+    httpx exception (and through MCP as "unexpected InvalidURL")."""
+    with Client("http://127.0.0.1:9") as dream:
+        for call in (lambda: dream.get("m" * 70_000, "u"), lambda: dream.search("u", "word " * 14_000)):
+            with pytest.raises(DreamError, match="cannot send this request") as exc:
+                call()
+            assert len(str(exc.value).splitlines()) == 1
+
+
 def test_the_token_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DREAM_API_TOKEN", "s3cret")
     with Client() as dream:
