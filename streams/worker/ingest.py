@@ -37,6 +37,7 @@ from dreamstream.streams.worker.app import (
     settings,
 )
 from dreamstream.streams.worker.offsets import InputOffsets, Verdict
+from dreamstream.streams.worker.tables import settings_table
 
 log = logging.getLogger("dreamstream.ingest")
 
@@ -183,6 +184,10 @@ async def ingest(stream: faust.StreamT) -> None:
         items = batch.items
         if not items:
             continue
+        while settings_table.get("paused"):
+            # `ingest.pause` holds: a worker that has just started (or been given partitions) fetched this batch
+            # before the control timer paused them. Held, not stored, not committed, until `ingest.resume`.
+            await asyncio.sleep(0.5)
         started = time.perf_counter()
         try:
             result = await on_store_thread(proc.process, items)

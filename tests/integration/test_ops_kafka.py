@@ -108,19 +108,26 @@ def test_pause_resume_erase(worker: WorkerProcess) -> None:
     asyncio.run(produce(worker.kafka, worker.topics["added"], [line(event(2, "px", "Has two sons."))]))
     time.sleep(4)
     assert worker.stats()["memories"] == 1  # held back while paused ...
+    # ... also by a worker that starts while the pause holds: it fetched before the control timer paused its
+    # partitions, and stored what it fetched
+    worker.stop()
+    asyncio.run(produce(worker.kafka, worker.topics["added"], [line(event(5, "px", "Keeps bees."))]))
+    worker.start()
+    time.sleep(6)
+    assert worker.stats()["memories"] == 1
     assert dream_control(worker, "ingest.resume")[1]["details"] == {"paused": False}
-    worker.wait_for(lambda s: s.get("memories") == 2, timeout=60)  # ... and nothing lost
+    worker.wait_for(lambda s: s.get("memories") == 3, timeout=60)  # ... and nothing lost
     dream = str(Path(sys.executable).with_name("dream"))
     unconfirmed = subprocess.run([dream, "control", "erase", "user=px"], env=worker.env, capture_output=True,
                                  text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert unconfirmed.returncode == 1 and "add --yes to confirm" in unconfirmed.stderr
-    assert worker.stats()["memories"] == 2  # nothing sent
+    assert worker.stats()["memories"] == 3  # nothing sent
     rc, erased = dream_control(worker, "erase", "user=px", "--yes")
-    assert rc == 0 and erased["details"]["deleted"] == 2 and erased["details"]["erased"] is True
+    assert rc == 0 and erased["details"]["deleted"] == 3 and erased["details"]["erased"] is True
     assert worker.read("user=px&include_merged=1")["memories"] == []
     audit = asyncio.run(consume_all(worker.kafka, worker.topics["status"], 1, 20,
                                     keep=lambda r: orjson.loads(r.value).get("action") == "erase"))
-    assert audit and audit[0]["evidence"]["deleted"] == 2 and "text" not in orjson.dumps(audit[0]).decode()
+    assert audit and audit[0]["evidence"]["deleted"] == 3 and "text" not in orjson.dumps(audit[0]).decode()
 
     # An erase behind an add still queued (ingest paused): before, the erase deleted what was stored and the
     # queued add was stored after it; now it waits its turn in the user's partition and takes the add too.
@@ -134,7 +141,7 @@ def test_pause_resume_erase(worker: WorkerProcess) -> None:
     assert dream_control(worker, "ingest.resume")[1]["details"] == {"paused": False}
     audits = asyncio.run(consume_all(worker.kafka, worker.topics["status"], 2, 60,
                                      keep=lambda r: orjson.loads(r.value).get("action") == "erase"))
-    assert [a["evidence"]["deleted"] for a in audits] == [2, 2]
+    assert [a["evidence"]["deleted"] for a in audits] == [3, 2]
     assert audits[1]["evidence"]["request"] == queued["details"]["request"]
     time.sleep(2)
     assert worker.read("user=px&include_merged=1")["memories"] == []
