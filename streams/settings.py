@@ -210,6 +210,9 @@ class Settings(_EnvSettings):
     """How the other workers reach this one's API (e.g. http://10.0.3.7:6066): a user's write sent to any
     worker is passed to the one holding the user's partition. Unset: http://DREAM_HTTP_HOST:DREAM_HTTP_PORT,
     and no passing on when that host is 0.0.0.0 (it names no one machine)."""
+    add_wait_seconds: float = Field(default=15.0, gt=0, validation_alias="DREAM_ADD_WAIT_SECONDS")
+    """How long an add or an update over HTTP waits for the broker to take its event before answering 503
+    (the broker down: the event may still be delivered, and a resend with the same ids is stored once)."""
     erase_wait_seconds: float = Field(default=30.0, validation_alias="DREAM_ERASE_WAIT_SECONDS")
     """How long an erase (the API's DELETE, `dream control erase`) waits for ingest to reach it, behind the
     user's queued adds, before answering that it is queued (ingest paused or far behind)."""

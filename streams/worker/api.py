@@ -214,14 +214,36 @@ class MemoriesView(View):
         if clash:
             return _error(409, clash)  # type: ignore[no-any-return]
         try:
-            await deliver([(memory_added_topic, e["user_id"].encode(), orjson.dumps(e)) for e in events])
+            late = await _deliver_within([(memory_added_topic, e["user_id"].encode(), orjson.dumps(e)) for e in events])
         except BaseException:
             for e in events:  # nothing was accepted: the ids are free again
                 for key in _held(e):
                     ACCEPTED.pop(key, None)
             raise
+        if late is not None:
+            return late  # the ids stay held: the events may still land, and a resend with them is a retry
         accepted = [{"event_id": e["event_id"], "memory_id": e["memory_id"], "user_id": e["user_id"]} for e in events]
         return _json({"accepted": accepted}, status=202)  # type: ignore[no-any-return]
+
+
+async def _deliver_within(records: list[tuple[Any, bytes | None, Any]]) -> Any | None:
+    """`deliver`, or a 503 when the broker has not taken the records in DREAM_ADD_WAIT_SECONDS: an add hung as
+    long as the broker was down (138 s in an audit) while clients gave up at their own timeout and took a
+    stored add for a failed one. The delivery goes on: the records may still land (a resend with the same ids
+    is stored once)."""
+    delivery = asyncio.ensure_future(deliver(records))
+    try:
+        await asyncio.wait_for(asyncio.shield(delivery), settings.add_wait_seconds)
+    except TimeoutError:
+        delivery.add_done_callback(_late_delivery)
+        return _error(503, f"the broker has not taken the event in {settings.add_wait_seconds:g} s (is Kafka up?); it "
+                           "may still be stored: send it again with the same event_id and memory_id (stored once)")
+    return None
+
+
+def _late_delivery(done: asyncio.Future[None]) -> None:
+    if not done.cancelled() and done.exception() is not None:
+        log.warning("an add answered 503 was not delivered either: %s", done.exception())
 
 
 ACCEPTED: TTLCache[str, tuple[str, str]] = TTLCache(maxsize=100_000, ttl=300)
@@ -280,7 +302,9 @@ class MemoryView(View):
         event = await on_store_thread(memories.update_event, (await processor()).store, memory_id, user, body)
         if event is None:
             return _error(404, f"no memory {memory_id}")  # type: ignore[no-any-return]
-        await deliver([(memory_added_topic, user.encode(), orjson.dumps(event))])
+        late = await _deliver_within([(memory_added_topic, user.encode(), orjson.dumps(event))])
+        if late is not None:
+            return late
         return _json({"accepted": {k: event[k] for k in ("event_id", "memory_id", "user_id")},  # type: ignore[no-any-return]
                       "replaces": memory_id}, status=202)
 

@@ -378,7 +378,8 @@ def test_consolidation_item_by_item_over_http_the_client_and_the_cli(worker: Wor
         with pytest.raises(DreamAPIError) as bad:
             api.approve(plan["plan_id"], {prunes[added[0].memory_id]: "A"})
         assert bad.value.status == 400 and "is a prune: answer apply or skip" in bad.value.message
-        for wrong in (lambda: api.approve(plan["plan_id"], user="ivo"), lambda: api.reject(plan["plan_id"], user="ivo")):
+        pid = plan["plan_id"]
+        for wrong in (lambda: api.approve(pid, user="ivo"), lambda: api.reject(pid, user="ivo")):
             with pytest.raises(DreamAPIError) as other:  # another user's name: the plan is not theirs, nothing runs
                 wrong()
             assert other.value.status == 404 and "is kit's, not ivo's" in other.value.message
@@ -419,3 +420,42 @@ def test_consolidation_item_by_item_over_http_the_client_and_the_cli(worker: Wor
     assert "Merged:  0 pairs" in unattended.stdout
     with Client(url(worker), token=TOKEN) as api:
         assert [api.get(m.memory_id, "kim").status for m in (tea, coffee)] == ["active", "active"]
+
+
+def test_an_add_while_the_broker_does_not_answer_is_a_503_and_a_resend_is_stored_once(
+        kafka: str, tmp_path: Path) -> None:
+    """With the broker down an add hung until it came back (138 s in an audit) while /healthz said ready, and a
+    client gave up at its own timeout, taking a stored add for a failed one. Now it answers 503 after
+    DREAM_ADD_WAIT_SECONDS; the event may still land, and the resend with the same ids is stored once. The
+    broker is the project's own, frozen for a few seconds (SIGSTOP), not a stand-in."""
+    import signal
+
+    from tests.conftest import ROOT
+
+    pid = int((Path(os.environ.get("DREAM_KAFKA_HOME", ROOT / ".cache" / "kafka")) / "kafka.pid").read_text())
+    w = WorkerProcess(kafka, f"api-slow-{uuid.uuid4().hex[:8]}", tmp_path, {"DREAM_API_TOKEN": TOKEN,
+                                                                             "DREAM_ADD_WAIT_SECONDS": "2"})
+    w.start()
+    try:
+        with Client(url(w), token=TOKEN) as dream:
+            first = dream.add("sid", "Sid plays the oboe.")
+            dream.wait_for(first)
+            body = {"user_id": "sid", "text": "Sid sings in a choir.", "event_id": "e-sid-2", "memory_id": "m-sid-2"}
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                started = time.monotonic()
+                with pytest.raises(DreamAPIError) as down:
+                    dream._call("POST", "/v1/memories", json=body)
+                assert down.value.status == 503 and "send it again with the same event_id" in down.value.message
+                assert time.monotonic() - started < 10
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            again = dream._call("POST", "/v1/memories", json=body)
+            assert again["accepted"][0]["memory_id"] == "m-sid-2"
+            deadline = time.monotonic() + 60
+            while len(dream.list("sid").memories) < 2 and time.monotonic() < deadline:
+                time.sleep(0.5)
+            texts = sorted(m.text for m in dream.list("sid").memories)
+            assert texts == ["Sid plays the oboe.", "Sid sings in a choir."]
+    finally:
+        w.stop()

@@ -19,7 +19,7 @@ ENV_NAMES = {  # field -> the variable it has always been read from
     "min_free_mb": "DREAM_MIN_FREE_MB", "api_token": "DREAM_API_TOKEN",
     "http_host": "DREAM_HTTP_HOST", "http_port": "DREAM_HTTP_PORT",
     "advertised_url": "DREAM_ADVERTISED_URL",
-    "erase_wait_seconds": "DREAM_ERASE_WAIT_SECONDS",
+    "add_wait_seconds": "DREAM_ADD_WAIT_SECONDS", "erase_wait_seconds": "DREAM_ERASE_WAIT_SECONDS",
     "synthesis_check_seconds": "DREAM_SYNTHESIS_CHECK_SECONDS", "synthesis_cadence": "DREAM_SYNTHESIS_CADENCE",
     "control_token": "DREAM_CONTROL_TOKEN",
     "erase_secret": "DREAM_ERASE_SECRET", "retention_file": "DREAM_RETENTION_FILE",
