@@ -463,13 +463,21 @@ def _control(proc: Any, command: str, args: Mapping[str, Any], retention: Mappin
         path.unlink()
         return {"plan_id": args["plan_id"], "rejected": True}, []
     data = json.loads(path.read_text(encoding="utf-8"))
-    plan, choices = cons.answer_plan(plan_from_dict(proc.store, data), args.get("answers") or {},
-                                     args.get("rest") or "apply")
+    rebuilt = plan_from_dict(proc.store, data)
+    stale = sum(len(data[k]) for k in ("merges", "conflicts", "prunes")) \
+        - len(rebuilt.merges) - len(rebuilt.conflicts) - len(rebuilt.prunes)
+    if stale and not (rebuilt.merges or rebuilt.conflicts or rebuilt.prunes):
+        # Every item changed since (a reprocess, another pass, an update): "approved" with nothing applied read
+        # as done. The plan can never apply: it goes, and the answer says to plan again.
+        path.unlink()
+        raise ValueError(f"plan {args['plan_id']}: all {stale} items changed since it was made; nothing applied "
+                         "(plan again)")
+    plan, choices = cons.answer_plan(rebuilt, args.get("answers") or {}, args.get("rest") or "apply")
     outcome, events = apply_plan(proc.store, proc.embed, plan, choices,
                                  pass_id=None if command_id is None else new_pass_id(plan, command_id))
     path.unlink()
     return {"plan_id": args["plan_id"], "approved": True, "summary": cons.render_summary(outcome),
-            **outcome.to_dict()}, events
+            "stale": stale, **outcome.to_dict()}, events
 
 
 # --- access, light and full consolidation ---------------------------------------------------------

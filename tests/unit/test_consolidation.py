@@ -301,6 +301,25 @@ def test_a_pass_retires_the_patterns_quoting_what_it_replaces_or_prunes_and_its_
     assert store.retrieve(["pat-fri"])["pat-fri"].status == "active"
 
 
+def test_approving_a_plan_whose_every_item_changed_since_is_an_error_not_approved(
+        proc: Processor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reprocess (or another pass) between the dry run and the approval voided every item, and the approval
+    answered ok, "approved", with nothing applied. Now it says so; a partly stale plan counts what it left."""
+    monkeypatch.setenv("DREAM_DATA_DIR", str(tmp_path / "data"))
+    details, _ = runner.control(proc, "consolidate.run", {"user": "u1", "app": "proj"}, {"session_state": 90})
+    involved = [m.memory_id for m in proc.store.scroll({"user_id": "u1"}) if m.memory_id != "pin-1"]
+    proc.store.update_many(involved, {"status": "expired"})  # as an undone pass or a reprocess leaves them
+    with pytest.raises(ValueError, match="changed since it was made; nothing applied"):
+        runner.control(proc, "consolidate.approve", {"plan_id": details["plan_id"]}, None)
+    with pytest.raises(KeyError):  # it can never apply: gone
+        runner.control(proc, "consolidate.approve", {"plan_id": details["plan_id"]}, None)
+    proc.store.update_many(involved, {"status": "active"})
+    again, _ = runner.control(proc, "consolidate.run", {"user": "u1", "app": "proj"}, {"session_state": 90})
+    proc.store.update_many(["sess-1"], {"status": "expired"})
+    done, _ = runner.control(proc, "consolidate.approve", {"plan_id": again["plan_id"]}, None)
+    assert done["approved"] and done["stale"] == 1 and done["pruned"] == 1
+
+
 def test_an_approval_naming_another_user_applies_nothing(proc: Processor, tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """An operator's approval (or rejection) that names a user other than the plan's is refused and the plan
