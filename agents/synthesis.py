@@ -599,6 +599,9 @@ def about_someone_else(text: str, person: str, names: frozenset[str]) -> bool:
         if len(words) > 1 and (first.lower().endswith(("'s", "’s")) or base in ("my", "his", "her", "their", "our")):
             return _stem(words[1].lower()) in RELATIONS or words[1].lower() in RELATIONS
         return False
+    if len(words) > 1 and first.lower().endswith(("'s", "’s")) \
+            and (_stem(words[1].lower()) in RELATIONS or words[1].lower() in RELATIONS):
+        return True  # "Bjorn's manager edits in Emacs": someone's relation, whoever that someone is
     if base in names and base != person.lower():
         # "Joost moved into Saoirse's flat": a fact of the person's own life, told with another subject.
         rest = text[len(first):]
@@ -632,14 +635,29 @@ def plans_done(memories: Sequence[Memory], centred: np.ndarray, terms: Sequence[
     return done
 
 
-def current_members(group: Sequence[int], memories: Sequence[Memory], centred: np.ndarray) -> list[int]:
+PairScore = Callable[[Memory, Memory], float]
+"""(later memory, earlier memory) -> the probability that the later restates or replaces the earlier (the
+learned judge's same + update, `streams/core/synthesis.py`)."""
+
+RESTATED_OR_REPLACED = 0.5
+"""A member the judge reads, more likely than not, as restated or replaced by a later member of its group is no
+evidence of its own: the later one is kept. Without it, an update the judge did not dare to apply (too unsure
+to act alone) became a "pattern" of its two states ("Editor: Emacs. Editor: Helix.", "got a Galaxy S23 ...
+traded in the Galaxy S23"), and a restatement one of a thread repeated."""
+
+
+def current_members(group: Sequence[int], memories: Sequence[Memory], centred: np.ndarray,
+                    later_says: PairScore | None = None) -> list[int]:
     """The group without members a later member restates or updates (SLOT_COS on person-centred
-    vectors): the later one is kept."""
+    vectors, or the judge's reading, `RESTATED_OR_REPLACED`): the later one is kept."""
     order = sorted(group, key=lambda i: (memories[i].created_at, memories[i].memory_id))
     keep: list[int] = []
     for k, i in enumerate(order):
         later = order[k + 1:]
         if later and float((centred[later] @ centred[i]).max()) >= SLOT_COS:
+            continue
+        if later_says is not None and any(later_says(memories[j], memories[i]) >= RESTATED_OR_REPLACED
+                                          for j in later):
             continue
         keep.append(i)
     return keep
@@ -847,10 +865,28 @@ def distinct_evidence(vectors: np.ndarray) -> int:
 
 def own_current(mems: Sequence[Memory], vectors: np.ndarray, person: str, names: frozenset[str]) -> list[int]:
     """Indexes of the memories that can be a pattern's evidence: no plan a later memory reports done, no
-    fact about someone else. (Superseded and merged memories never reach synthesis: `eligible`.)"""
+    fact about someone else, none a later memory may have replaced (`maybe_replaced`). (Superseded and
+    merged memories never reach synthesis: `eligible`.)"""
     terms = _canonical([content_words(m.text, frozenset({person.lower(), "user"})) for m in mems])
     done = plans_done(mems, _unit(vectors - vectors.mean(axis=0)), terms, term_weights(terms))
-    return [i for i, m in enumerate(mems) if i not in done and not about_someone_else(m.text, person, names)]
+    doubtful = maybe_replaced(mems)
+    return [i for i, m in enumerate(mems) if i not in done and m.memory_id not in doubtful
+            and not about_someone_else(m.text, person, names)]
+
+
+def maybe_replaced(mems: Sequence[Memory]) -> set[str]:
+    """Memories a later one may have replaced: the targets of an open review item proposing a supersede, or of
+    a conflict (an update due on a pinned memory). The judge left them current because it was not sure
+    enough to act; a pattern built on them stated the old value as current beside the new ("Editor: Emacs
+    ... Editor: Helix"). Not evidence until a person decides (a dismissed item is undone, and counts no more)."""
+    out: set[str] = set()
+    for m in mems:
+        undone = {r.get("decision_id") for r in m.decisions if r.get("undone")}
+        for item in m.conflicts:
+            if item.get("decision_id") in undone or item.get("review", "supersede") != "supersede":
+                continue
+            out.update(str(x) for x in item.get("with") or [])
+    return out
 
 
 def _one_user(mems: Sequence[Memory], caller: str) -> tuple[str, str]:
@@ -932,12 +968,13 @@ def read_themes(user_memories: Sequence[Memory], embed: Embed, reader: ReadTheme
     return themes
 
 
-def find_themes(user_memories: Sequence[Memory], embed: Embed) -> list[Theme]:
+def find_themes(user_memories: Sequence[Memory], embed: Embed, later_says: PairScore | None = None) -> list[Theme]:
     """Group one user's eligible memories into themes and write one pattern text per theme.
 
     The caller passes memories already filtered by `eligible` (and gated by `is_due`). A group is kept
     only when it is dense (every member linked to most others), large enough in distinct evidence, and
-    its members share at least one specific content word. Extra embeddings: only memories without a vector.
+    its members share at least one specific content word; `later_says` (the judge) drops the members a later
+    one restates or replaces (`current_members`). Extra embeddings: only memories without a vector.
     """
     mems = sorted(user_memories, key=lambda m: m.memory_id)
     if len(mems) < MIN_THEME_SIZE:
@@ -967,7 +1004,7 @@ def find_themes(user_memories: Sequence[Memory], embed: Embed) -> list[Theme]:
     need = min_theme_size(n_known)
     found: list[tuple[list[int], list[tuple[str, int]]]] = []
     for cluster in _clusters(aff, cut_threshold(n_known)):
-        g = sorted(current_members(trim_strays(dense_core(cluster, linked, aff), direct), mems, centred))
+        g = sorted(current_members(trim_strays(dense_core(cluster, linked, aff), direct), mems, centred, later_says))
         if len(g) < need or distinct_evidence(vectors[g]) < need:
             continue
         shared = shared_content([terms[i] for i in g], weights)

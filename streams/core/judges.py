@@ -75,6 +75,15 @@ def featurizer() -> FeaturesOf:
     return lambda texts: shared_embedder().features(texts)
 
 
+def learned() -> Judge:
+    """The shipped learned judge, built once (what synthesis asks about its themes' members, whatever judge
+    ingest is configured with)."""
+    key = ("learned-shipped",)
+    if key not in _built:
+        _built[key] = judge_model.learned_judge(featurizer())
+    return _built[key]
+
+
 def judge_from_settings(s: Settings) -> Judge:
     """The configured judge (the learned one unless DREAM_JUDGE says otherwise), built once per configuration."""
     check_settings(s)

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from dreamstream.agents import synthesis as syn
+from dreamstream.schemas.errors import DreamError
 from dreamstream.schemas.events import PATTERN_ADDED, normalise_time, now_iso
 from dreamstream.schemas.memory import Memory
 from dreamstream.streams.store import MemoryStore
@@ -273,7 +274,7 @@ def run_memories(
         found_themes = syn.read_themes(evidence, embed, read_themes)
         record.themes_by, record.theme_fallback = ("llm", False) if found_themes is not None else ("offline", True)
     if found_themes is None:
-        found_themes = syn.find_themes(evidence, embed) if evidence else []
+        found_themes = syn.find_themes(evidence, embed, judged_overlap()) if evidence else []
     own_patterns = [p for p in patterns if p.user_id == user_id]
     themes = syn.match_existing(syn.not_declined(found_themes, own_patterns), patterns)
     existing = {p.memory_id: p for p in patterns}
@@ -380,6 +381,24 @@ def drop_unsourced(store: MemoryStore, record: RunRecord) -> int:
     if dropped:
         record.read_digest = None  # that reading was not stored whole: the next run reads again
     return dropped
+
+
+def judged_overlap() -> syn.PairScore | None:
+    """The shipped learned judge's reading of two members of a theme: P(the later restates or replaces the
+    earlier), whatever judge ingest is configured with (this one is offline and cheap; an LLM judge per pair
+    would not be). A pair the judge does not read (far apart) scores 0. None where the model cannot load."""
+    from dreamstream.streams.core import judges
+
+    try:
+        judge = judges.learned()
+    except DreamError:
+        return None
+
+    def score(later: Memory, earlier: Memory) -> float:
+        [verdict] = judge.judge(later, [earlier])
+        return float(verdict.scores.get("same", 0.0)) + float(verdict.scores.get("update", 0.0))
+
+    return score
 
 
 def run_for_user(

@@ -338,8 +338,8 @@ def test_a_superseded_source_retires_the_patterns_quoting_it_until_undone(
     assert not patterns(edge_store)
     assert pattern.memory_id not in {r["memory_id"] for r in reads.get(edge_store, "u1")}
     undone = undo_decision(edge_store, result.status_events[0]["decision_id"])
-    assert {(e["memory_id"], e["to_status"]) for e in undone.events} == {(source, "active"),
-                                                                         (pattern.memory_id, "active")}
+    assert {(e["memory_id"], e["to_status"]) for e in undone.events} == {
+        (source, "active"), (pattern.memory_id, "active"), (f"upd-{source}", "deleted")}  # the edit withdrawn
     assert [p.memory_id for p in patterns(edge_store)] == [pattern.memory_id]
 
 
