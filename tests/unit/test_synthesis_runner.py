@@ -319,18 +319,24 @@ def _update(source: str, text: str, at: str = "2025-04-05T10:00:00Z") -> dict[st
             "metadata": {"type": "user_fact", "confidence": 0.9, "pinned": False}}
 
 
+def _with_one_pattern(store: Any, embedder: Any, tmp_path: Path) -> tuple[Processor, Any]:
+    """u1's events ingested and synthesised once: the processor and the one pattern it wrote."""
+    proc = Processor(store, embedder)
+    ingest(proc, events("u1"))
+    state = runner.SynthesisState.load(tmp_path / "state.json")
+    runner.enable(state, None, T0)
+    run(store, embedder, state)
+    [pattern] = patterns(store)
+    return proc, pattern
+
+
 def test_a_superseded_source_retires_the_patterns_quoting_it_until_undone(
         edge_store: Any, embedder: Any, tmp_path: Path) -> None:
     """An update of a pattern's source left the pattern active, stating the old value as current until the next
     synthesis run (weekly, or never with synthesis off). Now the supersede retires it and its undo brings it back."""
     from dreamstream.streams.core.undo import undo_decision
 
-    proc = Processor(edge_store, embedder)
-    ingest(proc, events("u1"))
-    state = runner.SynthesisState.load(tmp_path / "state.json")
-    runner.enable(state, None, T0)
-    run(edge_store, embedder, state)
-    [pattern] = patterns(edge_store)
+    proc, pattern = _with_one_pattern(edge_store, embedder, tmp_path)
     source = pattern.sources[0]
     result = proc.process([Incoming(raw=orjson.dumps(_update(source, "Stopped running: a knee injury.")))])
     moved = [(e["memory_id"], e["from_status"], e["to_status"]) for e in result.status_events]
@@ -350,12 +356,7 @@ def test_a_deleted_sources_undo_leaves_a_pattern_retired_when_another_source_was
     from dreamstream.streams.core import memories
     from dreamstream.streams.core.undo import undo_decision
 
-    proc = Processor(edge_store, embedder)
-    ingest(proc, events("u1"))
-    state = runner.SynthesisState.load(tmp_path / "state.json")
-    runner.enable(state, None, T0)
-    run(edge_store, embedder, state)
-    [pattern] = patterns(edge_store)
+    proc, pattern = _with_one_pattern(edge_store, embedder, tmp_path)
     first, second = pattern.sources[:2]
     deleted = memories.delete_memory(edge_store, first, "u1") or []
     ingest(proc, [_update(second, "Stopped running: a knee injury.")])
