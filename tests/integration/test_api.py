@@ -436,6 +436,7 @@ def test_an_add_while_the_broker_does_not_answer_is_a_503_and_a_resend_is_stored
     if not pidfile.exists():  # kafka.sh found another checkout's broker on the port and used it
         pytest.skip("the broker on the port is another checkout's: this test freezes only its own")
     pid = int(pidfile.read_text())
+    assert b"kafka" in Path(f"/proc/{pid}/cmdline").read_bytes()  # the broker, not a process that took a stale pid
     w = WorkerProcess(kafka, f"api-slow-{uuid.uuid4().hex[:8]}", tmp_path, {"DREAM_API_TOKEN": TOKEN,
                                                                              "DREAM_ADD_WAIT_SECONDS": "2"})
     w.start()
