@@ -88,7 +88,7 @@ def plan_undo(store: MemoryStore, decision_id: str, by: str | None = None) -> ch
             link = "merged_into" if action == "merge_old" else "superseded_by"
             back = "merged_from" if action == "merge_old" else "supersedes"
             left = "merged" if action == "merge_old" else "superseded"
-            restored = False
+            came_back = False
             for tid in record["targets"]:
                 t = members.get(tid)
                 if t is None:
@@ -102,10 +102,10 @@ def plan_undo(store: MemoryStore, decision_id: str, by: str | None = None) -> ch
                 change.set(tid, {"status": before, link: None, "updated_at": stamp})
                 change.events.append(status_event(decision_id, tid, t.user_id, t.status, before, None, "undo",
                                                   evidence, undo=True))
-                restored = True
+                came_back = True
             change.set(new_id, {back: [x for x in getattr(new, back) if x not in record["targets"]],
                                 "updated_at": stamp})
-            if restored:  # the old text is current again; else (deleted since) the edit is all the user has
+            if came_back:  # the old text is current again; else (deleted since) the edit is all the user has
                 _withdraw_edit(record, new, change, decision_id, evidence, stamp)
         if action == "supersede":  # the patterns it retired with the fact it superseded
             _restore_patterns(store, record, decision_id, change, evidence, stamp, owner.user_id)
