@@ -89,6 +89,10 @@ async def schedule_tick() -> None:
         log.exception("consolidation schedule tick failed")
 
 
+_unfireable: set[str] = set()
+"""Schedules this worker has said once it cannot fire (the timer asks every minute)."""
+
+
 async def run_due(now: datetime) -> list[dict[str, Any]]:
     """Runs `--auto` for every due schedule of this worker's users; returns what each run did."""
     owned = _owned()
@@ -105,8 +109,10 @@ async def run_due(now: datetime) -> list[dict[str, Any]]:
         try:
             if not cons.schedule_fired(entry["schedule"], last, registered, local_now):
                 continue
-        except ValueError:  # one that can never fire (registered before it was refused) stops no other
-            log.exception("consolidation schedule %s (%r) cannot fire: skipped", sid, entry.get("schedule"))
+        except ValueError as exc:  # one that can never fire (registered before it was refused) stops no other
+            if sid not in _unfireable:
+                _unfireable.add(sid)
+                log.error("consolidation schedule %s cannot fire, skipped (remove it): %s", sid, exc)
             continue
         firing = int(entry.get("firings") or 0)
         entry = {**entry, "last_fired": now_iso(), "firings": firing + 1}
