@@ -253,7 +253,7 @@ def recorded_reviews(active: Mapping[str, Memory]) -> list[tuple[Memory, Memory,
     are still active: (newer, older, "merge"|"supersede", cosine), oldest first."""
     out = []
     for newer in sorted(active.values(), key=lambda m: (m.created_at, m.memory_id)):
-        dismissed = {d.get("decision_id") for d in newer.decisions if d.get("undone")}  # `dream undo` dismisses
+        dismissed = newer.undone_decisions()  # `dream undo` dismisses
         for item in newer.conflicts:
             proposal = item.get("review") if item.get("decision_id") not in dismissed else None
             for other in item.get("with") or []:
@@ -268,7 +268,7 @@ def dismissed_pairs(active: Mapping[str, Memory]) -> set[frozenset[str]]:
     two facts, so the pass does not propose them again."""
     out: set[frozenset[str]] = set()
     for newer in active.values():
-        undone = {d.get("decision_id") for d in newer.decisions if d.get("undone")}
+        undone = newer.undone_decisions()
         for item in newer.conflicts:
             if item.get("review") and item.get("decision_id") in undone:
                 out |= {frozenset((newer.memory_id, str(other))) for other in item.get("with") or []}

@@ -881,7 +881,7 @@ def maybe_replaced(mems: Sequence[Memory]) -> set[str]:
     ... Editor: Helix"). Not evidence until a person decides (a dismissed item is undone, and counts no more)."""
     out: set[str] = set()
     for m in mems:
-        undone = {r.get("decision_id") for r in m.decisions if r.get("undone")}
+        undone = m.undone_decisions()
         for item in m.conflicts:
             if item.get("decision_id") in undone or item.get("review", "supersede") != "supersede":
                 continue

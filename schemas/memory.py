@@ -109,6 +109,10 @@ class Memory(MetadataView):
     """The memory.status events of its decisions not yet published; cleared once the worker sent them."""
     vector: np.ndarray | None = None
 
+    def undone_decisions(self) -> set[str]:
+        """Ids of this memory's decisions that were undone (a review item dismissed with `dream undo` among them)."""
+        return {str(r.get("decision_id")) for r in self.decisions if r.get("undone")}
+
     def payload(self) -> dict[str, Any]:
         """The Qdrant payload: every field but the vector."""
         return {

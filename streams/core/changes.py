@@ -55,6 +55,13 @@ class Change:
         return not (self.creates or self.updates or self.deletes)
 
 
+def patterns_quoting(store: MemoryStore, user: str, ids: Sequence[str], status: str = "active") -> list[Memory]:
+    """The user's patterns in `status` whose sources name any of `ids`, by id: a change that hides a fact (a
+    delete, a supersede, a pass) retires the active ones with it, and its undo looks for the expired ones."""
+    found = store.scroll({"user_id": user, "kind": "pattern", "status": status, "sources": sorted(ids)})
+    return sorted((p for p in found if p.user_id == user), key=lambda p: p.memory_id)
+
+
 TOMBSTONE: dict[str, Any] = {
     "status": "deleted", "text": "", "text_key": None, "features": None, "metadata": {}, "decisions": [],
     "conflicts": [], "links": {}, "access": {}, "sources": [], "supersedes": [], "merged_from": [],

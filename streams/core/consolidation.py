@@ -235,9 +235,8 @@ def prepare_pass(
     # brings it back), as a supersede or a delete retires it.
     gone = {m.memory_id for m in touched.values() if m.status in ("superseded", "expired")}
     if gone:
-        for pattern in store.scroll({"user_id": plan.user_id, "kind": "pattern", "status": "active",
-                                     "sources": sorted(gone)}):
-            if pattern.memory_id in touched or pattern.user_id != plan.user_id:
+        for pattern in changes.patterns_quoting(store, plan.user_id, sorted(gone)):
+            if pattern.memory_id in touched:
                 continue
             m = touch(pattern)
             source = next(x for x in m.sources if x in gone)

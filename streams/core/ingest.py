@@ -812,9 +812,8 @@ class Processor:
         kept), as a delete retires them: their text states the old value as current. The undo brings them
         back; the next synthesis run writes the theme again from the facts that hold."""
         gone = [t.memory_id for t in targets]
-        found = self.store.scroll({"user_id": new.user_id, "kind": "pattern", "status": "active", "sources": gone})
-        for pattern in sorted(found, key=lambda m: m.memory_id):
-            if pattern.memory_id in result.retired or pattern.user_id != new.user_id:
+        for pattern in changes.patterns_quoting(self.store, new.user_id, gone):
+            if pattern.memory_id in result.retired:
                 continue
             result.retired.add(pattern.memory_id)
             record["before"][pattern.memory_id] = {k: getattr(pattern, k) for k in LINK_FIELDS}

@@ -156,7 +156,7 @@ def delete_memory(store: MemoryStore, memory_id: str, user: str) -> list[dict[st
     change = changes.Change(change_id=did, holder=memory_id, events=[status_event(
         did, memory_id, user, got.status, "deleted", None, "delete", {"by": "api"})])
     # A pattern drawn from it may quote it: retired with it (expired, kept), and back with its undo.
-    for pattern in store.scroll({"sources": memory_id, "user_id": user, "kind": "pattern", "status": "active"}):
+    for pattern in changes.patterns_quoting(store, user, [memory_id]):
         before[pattern.memory_id] = _links(pattern)
         change.events.append(status_event(did, pattern.memory_id, user, "active", "expired", memory_id, "delete",
                                           {"by": "api", "source_deleted": memory_id}))

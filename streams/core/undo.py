@@ -62,7 +62,7 @@ def plan_undo(store: MemoryStore, decision_id: str, by: str | None = None) -> ch
         for mid in record.get("targets", []):
             # A pattern another delete retired while this one already stood (so this record does not list it):
             # back too, once every source it quotes is current again.
-            for p in store.scroll({"sources": mid, "user_id": owner.user_id, "kind": "pattern", "status": "expired"}):
+            for p in changes.patterns_quoting(store, owner.user_id, [mid], "expired"):
                 if p.memory_id in change.updates or not (p.decision_ids and p.decision_ids[-1].startswith("del-")):
                     continue  # listed here, or retired by synthesis since (its run decides)
                 if _quotes_only_current(store, p, record, owner.user_id):
