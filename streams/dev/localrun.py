@@ -153,7 +153,8 @@ class WorkerProcess:
                     deadline = max(deadline, time.monotonic() + 60)
             time.sleep(0.3)
         raise TimeoutError(f"worker did not get there in {timeout}s ({self.restarts} restarts); last stats "
-                           f"{self.stats()}; consumer {self.consumer_state()}")
+                           f"{self.stats()}; consumer {self.consumer_state()}; log tail:\n"
+                           + self.log.read_text(errors="replace")[-4000:])
 
     def kill(self) -> None:
         """SIGKILL: no shutdown hooks, no final commit — the crash case."""

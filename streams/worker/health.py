@@ -65,3 +65,25 @@ def failing_for(part: str) -> float:
 def failing() -> dict[str, dict[str, Any]]:
     """Part -> {error, errors, since, last} for every part failing now."""
     return {p: {k: v for k, v in e.items() if k != "since_monotonic"} for p, e in sorted(_failing.items())}
+
+
+_rebalancing_since: float | None = time.monotonic()
+"""When the worker's group membership last went without an assignment (its start, or a revocation):
+a join that never completes leaves a worker that looks up and reads nothing."""
+
+
+def rebalance_started() -> None:
+    global _rebalancing_since
+    if _rebalancing_since is None:
+        _rebalancing_since = time.monotonic()
+
+
+def rebalance_done() -> None:
+    global _rebalancing_since
+    _rebalancing_since = None
+
+
+def rebalancing_for() -> float:
+    """Seconds since the worker last held an assignment from its group (0 while it holds one, even an
+    empty one: more workers than partitions is a settled group, not a stuck join)."""
+    return time.monotonic() - _rebalancing_since if _rebalancing_since is not None else 0.0

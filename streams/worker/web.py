@@ -42,6 +42,10 @@ async def healthz(web: Any, request: Any) -> Any:
     and when a store fault has held this worker's input partitions for longer than DREAM_STALL_SECONDS:
     nobody else can process them while it holds them. Before that a store fault is alive, not ready.
 
+    A worker whose group join has not completed (no assignment since it started or since its partitions
+    were revoked) for longer than `join_limit()` answers 503 `not_joined`: it would read nothing until a
+    restart (seen once in CI: ready, no partitions, for minutes).
+
     A part that keeps failing (an agent that crashes, or skips every record on the same error: worker/
     health.py) makes it `degraded`, with each part's error in one line: 503 when it is ingest, failing
     for longer than DREAM_STALL_SECONDS (a restart may cure it, and the input waits meanwhile), else 200,
@@ -49,6 +53,9 @@ async def healthz(web: Any, request: Any) -> Any:
     stalled = stalled_partitions()
     if stalled:
         return aioweb.json_response({"status": "stalled", "partitions": stalled}, status=503)
+    joining = health.rebalancing_for()
+    if joining > join_limit():
+        return aioweb.json_response({"status": "not_joined", "ready": False, "for_seconds": round(joining)}, status=503)
     fault = store_fault()
     if fault:
         cause, since = fault
@@ -115,8 +122,20 @@ async def consumer_view(web: Any, request: Any) -> Any:
 setup_prometheus_sensors(app, pattern="/metrics", name_prefix=metrics.FAUST_PREFIX)
 
 
+def join_limit() -> float:
+    """How long a join may take before /healthz asks for a restart: two session timeouts (the broker
+    waits that long for every member) plus four stall periods of slack for a slow or large group."""
+    return 2 * settings.session_timeout + 4 * settings.stall_seconds
+
+
+@app.on_partitions_assigned.connect
+async def joined(sender: Any, /, *args: Any, **kwargs: Any) -> None:
+    health.rebalance_done()
+
+
 @app.on_partitions_revoked.connect
 async def forget_revoked(sender: Any, /, *args: Any, **kwargs: Any) -> None:
     """Partitions this worker gave away (Faust sends them as the first argument) lose their offset
-    series: another worker reports them now."""
+    series: another worker reports them now. A rebalance has begun: /healthz times the join from here."""
+    health.rebalance_started()
     metrics.forget_partitions(app.monitor, args[0] if args else ())

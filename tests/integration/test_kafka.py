@@ -244,3 +244,65 @@ def test_a_sessions_clean_up_deletes_only_its_own_workers_topics(kafka: str, uni
     asyncio.run(create())
     assert asyncio.run(delete_topics_named(kafka, [mine])) == 2
     assert asyncio.run(topics()) == {f"added-{theirs}", f"dream-{theirs}-users-changelog"}
+
+
+ROGUE = """
+import asyncio, sys
+from aiokafka import AIOKafkaConsumer
+from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+
+class SameName(RoundRobinPartitionAssignor):
+    name = "faust"  # the worker's protocol: the broker lets it into the same group
+
+async def main():
+    c = AIOKafkaConsumer(sys.argv[3], bootstrap_servers=sys.argv[1], group_id=sys.argv[2],
+                         partition_assignment_strategy=(SameName,), session_timeout_ms=240000,
+                         max_poll_interval_ms=240000, heartbeat_interval_ms=1000)
+    await c.start()
+    while not c.assignment():
+        await c.getmany(timeout_ms=500)
+    print("joined", flush=True)
+    await asyncio.sleep(3600)
+
+asyncio.run(main())
+"""
+
+
+def test_a_worker_whose_group_join_never_completes_fails_healthz(kafka: str, unique: str, tmp_path: Path) -> None:
+    """Seen once in CI: a worker up and `ready` with no partitions for two minutes, while /healthz said 200,
+    so nothing restarted it. Here a frozen member of its group (joined, then stopped, with a long session)
+    holds the worker's join open: past the join limit /healthz answers 503 `not_joined`."""
+    import signal
+    import sys
+
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    worker = WorkerProcess(kafka, f"join-{unique}", tmp_path)
+
+    async def make_topic() -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=kafka)
+        await admin.start()
+        try:
+            await admin.create_topics([NewTopic(f"rogue-{unique}", 1, 1)])
+        finally:
+            await admin.close()
+
+    asyncio.run(make_topic())
+    rogue = subprocess.Popen([sys.executable, "-c", ROGUE, kafka, worker.env["DREAM_APP_ID"], f"rogue-{unique}"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert rogue.stdout is not None and rogue.stdout.readline().strip() == "joined"
+        rogue.send_signal(signal.SIGSTOP)  # a member that never rejoins, but the broker waits for it
+        worker.env.update(DREAM_SESSION_TIMEOUT="4", DREAM_STALL_SECONDS="2")  # join limit 2*4 + 4*2 = 16 s
+        worker.start()
+        assert worker.consumer_state()["assigned"] == []
+        deadline = time.monotonic() + 90
+        while (status := worker.health())[0] != 503 and time.monotonic() < deadline:
+            time.sleep(1)
+        assert status[0] == 503 and status[1]["status"] == "not_joined", status
+        assert status[1]["for_seconds"] >= 16
+        assert worker.consumer_state()["assigned"] == []  # still nothing: the 503 is what gets it restarted
+    finally:
+        rogue.kill()
+        rogue.wait()
+        worker.stop()
