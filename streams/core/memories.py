@@ -415,7 +415,7 @@ def list_page(store: MemoryStore, embed: Any, read: reads.ReadQuery, where: Mapp
             return judged[mid]
 
         matches = reads.ranked(store, embed, read.user, read.text, read.mode,
-                               lambda sure: sum(map(wanted, sure)) > start + read.limit, threshold)
+                               lambda sure: sum(map(wanted, sure)) > start + read.limit, threshold, keep=wanted)
         matches = [x for x in matches if wanted(x)]
         more = len(matches) > start + read.limit
         page = reads.current_first_rows(store, matches[start:start + read.limit])

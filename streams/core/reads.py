@@ -7,7 +7,7 @@ latest_only: active only (patterns included). include_merged: everything.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -232,13 +232,14 @@ def ranked(
     mode: str,
     enough: Callable[[list[Scored]], bool],
     min_relevance: float | None = None,
+    keep: Callable[[Scored], bool] | None = None,
 ) -> list[Scored]:
     """The user's matches in score order (ties by id), as many as `enough` needs, exactly: a prefix of the
     order over all the user's memories, whatever depth was read. The store returns the nearest by
     relevance; a memory it did not return is no more relevant than the last it did, and its factor is at
     most 1, so only matches scoring above that bound are sure of their place. Reads deeper until
     `enough` holds for those, or every memory was read, or (with `min_relevance`) every memory left unread is
-    less relevant than that."""
+    less relevant than that. Each history match's current heir is then placed before it (`heirs_first`)."""
     vector = embed([text])[0]
     now = now_utc()
     where = _where(user_id, mode)
@@ -249,12 +250,70 @@ def ranked(
                         key=lambda x: (-x[2], x[0].memory_id))
         last = hits[-1][1] if hits else 0.0
         if len(hits) < depth or (min_relevance is not None and last < min_relevance):
-            return scored  # every memory of the user in this mode was read, or every one that may be wanted
+            return heirs_first(store, scored, vector, now, keep)  # every memory (that may be wanted) was read
         bound = last if last >= 0 else last * RANK_FLOOR
         sure = [x for x in scored if x[2] > bound]
         if enough(sure):
-            return sure
+            return heirs_first(store, sure, vector, now, keep)
         depth *= 4
+
+
+def heirs_first(store: MemoryStore, matches: Sequence[Scored], vector: np.ndarray, now: Any,
+                keep: Callable[[Scored], bool] | None = None) -> list[Scored]:
+    """`matches` (in score order) with the current fact that replaced a history match (or absorbed a
+    merged one) placed just before it, fetched when it ranked lower or was not read: a search never shows
+    a replaced fact without what holds now, even at `limit` 1 ("where does Ana live" -> Porto, then
+    Lisbon as history). It only moves memories earlier, so the first N rows depend on the first N matches
+    and their heirs alone, and consecutive pages still show every match once. `keep` (a page's filters)
+    must hold for the history match and its heir alike."""
+    keep = keep or (lambda _x: True)
+    older = [x[0] for x in matches if x[0].status in ("superseded", "merged") and keep(x)]
+    if not older:
+        return list(matches)
+    heads = {m.memory_id: m.superseded_by or m.merged_into for m in older}
+    known = {m.memory_id: m for m, _, _ in matches}
+    placed = {m.memory_id: (m, r, s) for m, r, s in matches}
+    frontier = {x for x in heads.values() if x} - set(known)
+    for _ in range(20):  # the same bound as `replaced_by`: chains are short
+        if not frontier:
+            break
+        fetched = store.retrieve(sorted(frontier), with_vectors=True)
+        known.update(fetched)
+        frontier = {x for m in fetched.values() if (x := m.superseded_by or m.merged_into)} - set(known)
+    q = np.asarray(vector, np.float32)
+    heir_of: dict[str, Scored] = {}
+    for m in older:
+        target, seen = heads[m.memory_id], set[str]()
+        while target and target in known and target not in seen and known[target].user_id == m.user_id:
+            seen.add(target)
+            nxt = known[target].superseded_by or known[target].merged_into
+            if not nxt:
+                break
+            target = nxt
+        heir = known.get(target or "")
+        if heir is None or heir.status != "active" or heir.user_id != m.user_id:
+            continue
+        if heir.memory_id in placed:
+            found = placed[heir.memory_id]
+        elif heir.vector is not None:
+            v = np.asarray(heir.vector, np.float32)
+            rel = float(q @ v / max(float(np.linalg.norm(q) * np.linalg.norm(v)), 1e-12))
+            found = (replace(heir, vector=None), rel, rel * memory_rank_factor(heir, now))
+        else:
+            continue
+        if keep(found):
+            heir_of[m.memory_id] = found
+    out: list[Scored] = []
+    shown: set[str] = set()
+    for x in matches:
+        h = heir_of.get(x[0].memory_id)
+        if h is not None and h[0].memory_id not in shown:
+            out.append(h)
+            shown.add(h[0].memory_id)
+        if x[0].memory_id not in shown:
+            out.append(x)
+            shown.add(x[0].memory_id)
+    return out
 
 
 def current_first_rows(store: MemoryStore, matches: Sequence[Scored]) -> list[dict[str, Any]]:
@@ -279,8 +338,9 @@ def search(
     limit: int = 10,
 ) -> list[dict[str, Any]]:
     """The `limit` best matches, ranked by relevance times a retrievability factor (decay biases
-    ranking, it never hides a memory: the factor has a floor), then listed current facts first and
-    history after; each row keeps its raw `relevance` beside the ranked `score`. The first page of
-    the API's search (`memories.list_page`) is the same rows."""
+    ranking, it never hides a memory: the factor has a floor), a replaced match's current fact placed
+    before it (`heirs_first`), then listed current facts first and history after; each row keeps its raw
+    `relevance` beside the ranked `score`. The first page of the API's search (`memories.list_page`) is
+    the same rows."""
     best = ranked(store, embed, user_id, text, mode, lambda sure: len(sure) >= limit)[:limit]
     return current_first_rows(store, best)

@@ -157,6 +157,33 @@ def test_paging_a_search_shows_every_match_once_current_facts_first_on_each_page
         edge_store, embedder, "dee", "where does dee live", mode, limit)]
 
 
+def test_a_search_never_shows_a_replaced_fact_without_the_one_that_holds_now(edge_store: Any, embedder: Any) -> None:
+    """"Dee lives in Lisbon" matches "lives in Lisbon" best, so `limit` 1 answered with that history row
+    alone: the current home, Madrid, ranked too low to be shown. Its heir now comes with it, first."""
+    _dee(edge_store, embedder)
+    query = "which city does Dee live in, Lisbon?"
+    by_score = reads.ranked(edge_store, embedder, "dee", query, "default", lambda sure: len(sure) > 20,
+                            keep=lambda _x: False)  # nothing may pull an heir: the plain score order
+    assert by_score[0][0].memory_id == "m-dee-1"
+    assert [r["memory_id"] for r in reads.search(edge_store, embedder, "dee", query, "default", 1)] == ["m-dee-3"]
+    two = reads.search(edge_store, embedder, "dee", query, "default", 2)
+    assert [(r["memory_id"], r["label"]) for r in two] == [("m-dee-3", "current"), ("m-dee-1", "history")]
+    assert two[1]["replaced_by"]["memory_id"] == "m-dee-3"
+    seen, cursor = [], None
+    while True:  # pages still show every match once
+        page = memories.list_page(edge_store, embedder, reads.read_query({"user": "dee", "q": query, "limit": "2"}),
+                                  {}, cursor)
+        seen += [r["memory_id"] for r in page.rows]
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    assert seen[0] == "m-dee-3" and len(seen) == len(set(seen)) == 9
+    # A filter the heir fails (another app) leaves the history row as it was, with its pointer.
+    crm = memories.list_page(edge_store, embedder, reads.read_query({"user": "dee", "q": query, "limit": "1",
+                                                                     "app_id": "crm"}), {"app_id": "crm"}, None)
+    assert [r["memory_id"] for r in crm.rows] == ["m-dee-20"]
+
+
 def test_a_filtered_search_finds_the_best_matches_that_pass_the_filter(edge_store: Any, embedder: Any) -> None:
     """Filters were applied after the top rows were cut, so a matching memory outside them was not found
     and the page said there was nothing more."""
