@@ -1165,8 +1165,11 @@ _NOT_THREADS = frozenset((
     "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec", "january",
     "february", "march", "april", "june", "july", "august", "september", "october", "november", "december",
     "monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday", "weekend",
+    "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve", "twenty",
+    "hundred", "thousand", "dozen", "half", "couple", "several", "miss", "hate", "need", "hope", "wish", "know",
 ))
-"""Shared words too general to name a thread on their own (verbs of saying and liking, time words)."""
+"""Shared words too general to name a thread on their own (verbs of saying, liking and missing, time and
+number words: "Seun mentioned three several times", "kept coming back to missing")."""
 
 
 def _gerund(verb: str) -> str:
@@ -1221,13 +1224,14 @@ def thread_phrase(texts: Sequence[str], shared: Sequence[str], person: str, phra
         pairs: Counter[str] = Counter()
         verbs = 0
         for text in texts:
-            toks = [re.sub(r"['’]s$", "", t) for t in _TOKEN.findall(text)]
+            raw = _TOKEN.findall(text)
+            toks = [re.sub(r"['’]s$", "", t) for t in raw]
             for k, tok in enumerate(toks):
                 if not _stem(tok).startswith(term):
                     continue
                 word = tok if k and tok[:1].isupper() else tok.lower()
                 singles[word] += 1
-                if (toks[k - 1].lower() in before_verb if k else _note_verb(word)) and not word.endswith("ing"):
+                if _reads_as_verb(raw, k, before_verb) and not word.endswith("ing"):
                     verbs += 1
                 for a, b in ((toks[k - 1] if k else "", word), (word, toks[k + 1] if k + 1 < len(toks) else "")):
                     other = a if b == word else b
@@ -1249,6 +1253,24 @@ def thread_phrase(texts: Sequence[str], shared: Sequence[str], person: str, phra
         said = re.search(rf"\b{re.escape(plural.lower())}\b", " ".join(texts).lower())
         return plural if said and not phrase.endswith(("s", "ing")) else phrase
     return ""
+
+
+_NOUN_NEXT = frozenset(("is", "are", "was", "were", "has", "have", "will", "can", "'s"))
+
+
+def _reads_as_verb(raw: Sequence[str], k: int, before_verb: frozenset[str] | set[str]) -> bool:
+    """Whether token k is the verb of its sentence ("Ana runs", "Swims Tue + Thu"), not a noun after a
+    possessive ("Naledi's Fern staff", named "ferning" before), a name mid-sentence ("is making Fern"), or
+    a subject noun before its verb ("User releases are built": "releasing")."""
+    tok = raw[k]
+    if k + 1 < len(raw) and raw[k + 1].lower() in _NOUN_NEXT:
+        return False
+    if not k:
+        return _note_verb(tok)
+    before = raw[k - 1]
+    if re.search(r"['’]s$", before) or tok[:1].isupper():
+        return False
+    return before.lower() in before_verb
 
 
 def _lead(person: str, thread: str, texts: Sequence[str], dates: Sequence[str]) -> str:

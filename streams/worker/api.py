@@ -398,7 +398,11 @@ async def _consolidation(command: str, args: dict[str, Any]) -> Response:
                                                 settings_table.get("retention") or None, settings.data_dir,
                                                 metrics.consolidation_run)
     except KeyError as exc:
-        return _error(404, str(exc.args[0]))  # type: ignore[no-any-return]
+        reason = str(exc.args[0])
+        if reason.startswith("no pending plan") and not args.get("user"):
+            # Another worker may keep it (the owner of its user's partition): only `?user` routes there.
+            reason += " on this worker: name its user (?user=...), the one its dry run's reply gave"
+        return _error(404, reason)  # type: ignore[no-any-return]
     await publish(BatchResult(status_events=events))
     if events:
         await on_store_thread(changes.sent, proc.store, events)

@@ -411,6 +411,21 @@ def test_a_note_that_opens_with_a_noun_names_no_activity() -> None:
                              ["meeting"], "User") == "meetings"
 
 
+def test_a_thread_is_never_a_name_a_noun_or_a_number_turned_into_an_activity() -> None:
+    """Seen on people the project had not seen: "ferning" (Naledi's Fern costume), "releasing" (User
+    releases are built ...), "kept coming back to missing", "Seun mentioned three several times"."""
+    assert syn.thread_phrase(["Naledi is making Fern for Oz Comic-Con.", "Naledi's Fern staff is PVC pipe.",
+                              "Naledi's Fern costume is about half done."], ["fern"], "Naledi") == "Fern"
+    assert syn.thread_phrase(["User releases are built by a GitHub workflow.", "Binary releases are signed.",
+                              "Enabled lto in the release profile."], ["releas"], "User") == "releases"
+    assert syn.thread_phrase(["User really misses the river back home.", "User misses surfing at Piha."],
+                             ["miss"], "User") == ""
+    assert syn.thread_phrase(["Seun plans three months in South America.", "Chloe joins Seun for three weeks."],
+                             ["thre"], "Seun") == ""
+    assert syn.thread_phrase(["Ana runs on Sundays.", "Ana runs a half marathon in May.", "Ana runs with Leo."],
+                             ["run"], "Ana") == "running"  # a verb after the person still names the activity
+
+
 def test_a_name_that_ends_in_s_is_still_the_persons_name() -> None:
     assert syn.person_name(["Idris joined a study group.", "Idris got an 88 on his exam.",
                             "Idris walks Juno every morning.", "His tutor praised Idris."]) == "Idris"
