@@ -256,8 +256,8 @@ class SameName(RoundRobinPartitionAssignor):
 
 async def main():
     c = AIOKafkaConsumer(sys.argv[3], bootstrap_servers=sys.argv[1], group_id=sys.argv[2],
-                         partition_assignment_strategy=(SameName,), session_timeout_ms=240000,
-                         max_poll_interval_ms=240000, heartbeat_interval_ms=1000)
+                         partition_assignment_strategy=(SameName,), session_timeout_ms=30000,
+                         max_poll_interval_ms=30000, heartbeat_interval_ms=1000)
     await c.start()
     while not c.assignment():
         await c.getmany(timeout_ms=500)
@@ -270,8 +270,9 @@ asyncio.run(main())
 
 def test_a_worker_whose_group_join_never_completes_fails_healthz(kafka: str, unique: str, tmp_path: Path) -> None:
     """Seen once in CI: a worker up and `ready` with no partitions for two minutes, while /healthz said 200,
-    so nothing restarted it. Here a frozen member of its group (joined, then stopped, with a long session)
-    holds the worker's join open: past the join limit /healthz answers 503 `not_joined`."""
+    so nothing restarted it. Here a frozen member of its group (joined, then stopped, its session 30 s) holds
+    the worker's join open: past the join limit /healthz answers 503 `not_joined`; once the broker drops the
+    member the join completes and /healthz is 200 again."""
     import signal
     import sys
 
@@ -293,7 +294,8 @@ def test_a_worker_whose_group_join_never_completes_fails_healthz(kafka: str, uni
     try:
         assert rogue.stdout is not None and rogue.stdout.readline().strip() == "joined"
         rogue.send_signal(signal.SIGSTOP)  # a member that never rejoins, but the broker waits for it
-        worker.env.update(DREAM_SESSION_TIMEOUT="4", DREAM_STALL_SECONDS="2")  # join limit 2*4 + 4*2 = 16 s
+        # join limit 2*6 + 4*1 = 16 s (6 s is the broker's least session timeout)
+        worker.env.update(DREAM_SESSION_TIMEOUT="6", DREAM_STALL_SECONDS="1")
         worker.start()
         assert worker.consumer_state()["assigned"] == []
         deadline = time.monotonic() + 90
@@ -302,6 +304,10 @@ def test_a_worker_whose_group_join_never_completes_fails_healthz(kafka: str, uni
         assert status[0] == 503 and status[1]["status"] == "not_joined", status
         assert status[1]["for_seconds"] >= 16
         assert worker.consumer_state()["assigned"] == []  # still nothing: the 503 is what gets it restarted
+        deadline = time.monotonic() + 60  # the broker drops the frozen member after its 30 s
+        while (status := worker.health())[0] != 200 and time.monotonic() < deadline:
+            time.sleep(1)
+        assert status == (200, {"status": "ok", "ready": True}) and worker.consumer_state()["assigned"]
     finally:
         rogue.kill()
         rogue.wait()
