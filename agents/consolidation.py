@@ -328,7 +328,11 @@ def _asked_once(judge: Judge) -> Judge:
 def _propose(plan: Plan, proposal: str, newer: Memory, older: Memory, score: float, reason: str = "",
              held: bool = True) -> None:
     if proposal == "conflict":
-        likely = "A" if newer.confidence >= older.confidence else "B"
+        # "newer" is the later to arrive; the likely winner is the later said (created_at), unless the other
+        # is surer: an event that came late with an older date must not win over what replaced it.
+        a_recent = newer.created_at >= older.created_at
+        recent, earlier = (newer, older) if a_recent else (older, newer)
+        likely = ("A" if a_recent else "B") if recent.confidence >= earlier.confidence else ("B" if a_recent else "A")
         plan.conflicts.append(Conflict(a=newer, b=older, likely=likely, score=score, reason=reason))
     else:
         plan.merges.append(MergeProposal(a=older, b=newer, merged_text=draft_merge(older, newer), score=score,

@@ -988,3 +988,24 @@ def test_an_access_event_read_again_is_counted_once_per_memory(proc: Processor) 
     got = proc.store.retrieve(["pg-1"])["pg-1"].access
     assert got["count"] == 2 and len(got["pending"]) == 2
     assert runner.record_access(proc.store, ["pg-1"], "2026-11-03T00:00:00Z") == 1  # no position (a CLI read)
+
+
+def test_a_late_event_with_an_older_date_is_not_the_likely_winner(edge_store: Any, embedder: Any, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Events out of order (an audit): the April job arrived first, the January one after it. Ingest held the
+    pair for review with the later arrival as A, and the plan named A, the January job, the likely winner, so
+    an approval without answers made January current over April."""
+    monkeypatch.setenv("DREAM_DATA_DIR", str(tmp_path / "data"))
+    rows = [{"type": "memory.added", "event_id": "e-o2", "memory_id": "om2", "user_id": "ola",
+             "text": "Ola started a new job as a nurse at CUF Descobertas.", "created_at": "2026-04-01T10:00:00Z"},
+            {"type": "memory.added", "event_id": "e-o1", "memory_id": "om1", "user_id": "ola",
+             "text": "Ola works as a nurse at Santa Maria hospital.", "created_at": "2026-01-08T10:00:00Z"}]
+    p = Processor(edge_store, embedder)
+    for r in rows:
+        p.process([Incoming(raw=json.dumps(r).encode())])
+    details, _ = runner.control(p, "consolidate.run", {"user": "ola"}, None)
+    [conflict] = details["conflicts"]
+    assert (conflict["a"], conflict["b"], conflict["likely"]) == ("om1", "om2", "B")
+    runner.control(p, "consolidate.approve", {"plan_id": details["plan_id"]}, None)
+    got = edge_store.retrieve(["om1", "om2"])
+    assert (got["om2"].status, got["om1"].status, got["om1"].superseded_by) == ("active", "superseded", "om2")
