@@ -547,6 +547,10 @@ class Outcome:
     skipped: int = 0
     held: int = 0
     """Merges left for a person by a pass nobody answered (`unattended`)."""
+    deleted: int = 0
+    """Of `pruned`, those deleted for good (`hard_delete`); the rest were expired, and undo brings them back."""
+    kept_linked: int = 0
+    """Of `pruned`, those a hard delete expired instead: other memories link to them (`kept: linked`)."""
     hard_delete: bool = False
     decision_id: str | None = None
     reminder_id: str | None = None
@@ -556,11 +560,14 @@ class Outcome:
 
 
 def render_summary(o: Outcome) -> str:
-    verb = "deleted" if o.hard_delete else "expired"
+    pruned = f"{o.pruned} memories expired"
+    if o.hard_delete:
+        pruned = f"{o.deleted} memories deleted" + (f", {o.kept_linked} expired instead (linked)"
+                                                     if o.kept_linked else "")
     return "\n".join([
         "Dream complete.",
         f"  Merged:  {o.merged_pairs} pairs → {o.new_memories} new memories",
-        f"  Pruned:  {o.pruned} memories {verb}",
+        f"  Pruned:  {pruned}",
         f"  Flagged: {o.resolved} contradictions resolved, {o.skipped} skipped",
     ])
 

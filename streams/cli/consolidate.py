@@ -277,7 +277,8 @@ async def consolidate(user: str | None, app_id: str | None, auto: bool, dry_run:
             return
         applying = f"Applying: {len(plan.merges)} merges, {len(plan.prunes)} prunes (embedding merged texts)…"
         pass_id = runner.new_pass_id(plan)
-        started = f"pass {pass_id} (undo it with: dream undo {pass_id})"
+        # A hard-deleting pass may keep no record (deletions only): its undo line comes at the end, if any.
+        started = f"pass {pass_id}" + ("" if hard_delete else f" (undo it with: dream undo {pass_id})")
         if auto:
             note_stage(applying)
             click.echo(started, err=True)
@@ -312,9 +313,12 @@ async def consolidate(user: str | None, app_id: str | None, auto: bool, dry_run:
                                                 held=sum(m.held for m in plan.merges) if yes else 0)
             click.echo(cons.render_summary(outcome))
         notes = []
-        if hard_delete and outcome.pruned:
-            notes.append(f"{outcome.pruned} memories were deleted permanently (--hard-delete); they cannot be "
+        if hard_delete and outcome.deleted:
+            notes.append(f"{outcome.deleted} memories were deleted permanently (--hard-delete); they cannot be "
                          "restored.")
+        if hard_delete and outcome.kept_linked:
+            notes.append(f"{outcome.kept_linked} pruned memories were expired, not deleted: other memories link "
+                         "to them (their text is kept; `kept: linked` in their status events).")
         if outcome.decision_id and (outcome.merged_pairs or outcome.pruned or outcome.resolved or outcome.reminder_id):
             notes.append(f"Undo this pass: dream undo {outcome.decision_id}")
         for line in notes:

@@ -224,9 +224,11 @@ def prepare_pass(
         if hard_delete and (m.superseded_by or m.merged_into or m.supersedes or m.merged_from
                             or m.memory_id in pointed_at):
             extra["kept"] = "linked"  # deleting it would leave links (or a pattern's words) pointing at nothing
+            outcome.kept_linked += 1
         if hard_delete and "kept" not in extra:
             event(m, m.status, "deleted", None, "consolidate_delete", extra)
             deleted.append(m.memory_id)
+            outcome.deleted += 1
         else:
             event(m, m.status, "expired", None, "consolidate_prune", extra)
             m.status = "expired"

@@ -396,3 +396,27 @@ def test_a_history_row_says_when_what_replaced_it_was_deleted(capsys: pytest.Cap
     assert lines[0].endswith("-> superseded by c (deleted)")
     assert lines[1].endswith("-> superseded by b (now c, deleted)")
     assert lines[2].endswith("-> superseded by y")
+
+
+def test_a_hard_deleting_pass_says_what_it_deleted_and_offers_no_undo_it_cannot_do(tmp_path: Path) -> None:
+    """An audit: a pass of deletions only printed "undo it with: dream undo cons-…", an undo that then failed;
+    and a pruned memory kept because others link to it was reported "deleted permanently"."""
+    import json
+
+    events = tmp_path / "events.jsonl"
+    rows = [("j1", "Jo is debugging the login page today.", "2025-01-04", "session_state"),
+            ("j2", "Jo has the checkout test failing right now.", "2025-01-05", "session_state"),
+            ("j3", "Jo lives in Galway.", "2025-01-06", "user_fact")]
+    events.write_text("".join(json.dumps({"type": "memory.added", "event_id": f"e-{i}", "memory_id": i, "user_id": "jo",
+                                          "text": t, "created_at": f"{d}T10:00:00Z", "metadata": {"type": k}}) + "\n"
+                              for i, t, d, k in rows))
+    retention = tmp_path / "retention.json"
+    retention.write_text('{"session_state": 1}')
+    store = str(tmp_path / "store")
+    assert dream("replay", str(events), "--store", store).returncode == 0
+    env = {**ENV, "KAFKA_BOOTSTRAP": "127.0.0.1:1", "DREAM_DATA_DIR": str(tmp_path / "data")}
+    out = subprocess.run([DREAM, "consolidate", "--user", "jo", "--store", store, "--auto", "--hard-delete",
+                          "--retention", str(retention)], capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr
+    assert "dream undo" not in out.stdout + out.stderr and "pass cons-" in out.stderr
+    assert "pruned=2" in out.stdout and "2 memories were deleted permanently" in out.stdout

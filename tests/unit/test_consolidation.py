@@ -700,6 +700,9 @@ def test_hard_delete_keeps_a_pruned_memory_that_others_link_to(proc: Processor) 
     outcome, events = runner.apply_plan(proc.store, proc.embed, plan, hard_delete=True)
     got = proc.store.retrieve(["sess-1", "vague-1"])
     assert got["sess-1"].status == "expired" and "vague-1" not in got
+    # It was reported "2 memories deleted" (an audit): one was deleted, one expired and kept.
+    assert (outcome.pruned, outcome.deleted, outcome.kept_linked) == (2, 1, 1)
+    assert "Pruned:  1 memories deleted, 1 expired instead (linked)" in cons.render_summary(outcome)
     kept = [e for e in events if e["memory_id"] == "sess-1"]
     assert kept and kept[0]["to_status"] == "expired" and kept[0]["evidence"]["kept"] == "linked"
 
