@@ -17,6 +17,7 @@ before step 1 leaves nothing. Fault points (streams/faults.py) sit after each wr
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -69,6 +70,34 @@ TOMBSTONE: dict[str, Any] = {
 """What a deleted holder keeps until its change's events are sent: its id, user and those events; no words."""
 
 
+def gone_key(user: str, memory_id: str, text: str) -> str:
+    """A memory deleted for good, as a digest of whose, which and what it said: the same event sent again
+    matches it; another user's memory under the freed id, or new words under it, do not."""
+    return "gone:" + hashlib.sha256(f"{user}\0{memory_id}\0{text}".encode()).hexdigest()
+
+
+def erased_key(user: str) -> str:
+    """An erased user, by a digest of their id: the store keeps no id of theirs in the clear."""
+    return "erased:" + hashlib.sha256(user.encode()).hexdigest()
+
+
+def instant(iso: str) -> datetime:
+    return datetime.fromisoformat(iso) if iso else datetime.min.replace(tzinfo=UTC)
+
+
+def erased_before(store: MemoryStore, users: Sequence[str]) -> dict[str, datetime]:
+    """User -> the time up to which their events were erased (`erase_user`), for those erased."""
+    keys = {erased_key(u): u for u in users}
+    return {keys[k]: instant(at) for k, at in store.buried(sorted(keys)).items()}
+
+
+def bury_deleted(store: MemoryStore, memory_ids: Sequence[str]) -> None:
+    """A memory deleted for good stays so: ingest passes over a redelivery of its event (a producer's
+    resend, a replayed backfill) instead of storing it again (`Processor._screen`)."""
+    found = store.retrieve(list(memory_ids))
+    store.bury([gone_key(m.user_id, m.memory_id, m.text) for m in found.values() if m.text], now_iso())
+
+
 def apply(store: MemoryStore, change: Change) -> None:
     """Writes a change in the crash-safe order above; the caller flushes. A change that only deletes has
     no memory to keep its intent on: its holder is one of the deleted, written first as a tombstone
@@ -76,6 +105,8 @@ def apply(store: MemoryStore, change: Change) -> None:
     `sent` once they are published, so a crash before that loses none of them."""
     if change.empty:
         return
+    if change.deletes:  # first: a crash after it leaves the memories, and the change is made again
+        bury_deleted(store, change.deletes)
     pending: dict[str, dict[str, Any]] = {
         mid: dict(fields) for mid, fields in change.updates.items() if mid != change.holder}
     for mid in change.deletes:
@@ -246,12 +277,15 @@ def erased_at(intent: str) -> list[Any] | None:
     return at if isinstance(at, list) else None
 
 
-def erase_user(store: MemoryStore, user: str, intent: str | None = None, at: Sequence[Any] | None = None) -> int:
-    """Deletes every memory of one user for good (an erasure: no tombstone, no text kept); returns how many.
+def erase_user(store: MemoryStore, user: str, intent: str | None = None, at: Sequence[Any] | None = None,
+               asked_at: str | None = None) -> int:
+    """Deletes every memory of one user for good (an erasure: no text kept; `bury` keeps a digest of the user
+    id and the time the erasure covers, so a resend of what was erased is not stored again); returns how many.
     A repeat deletes whatever is left. With `intent` (a file per request) the first run's count, and `at`,
     where its record was read, are written there before the delete, so a request read again after a crash
     still reports what it found first, and a copy of the record elsewhere in the log is known (`erased_at`)."""
-    ids = [m.memory_id for m in store.scroll({"user_id": user}, with_features=False)]
+    mine = list(store.scroll({"user_id": user}, with_features=False))
+    ids = [m.memory_id for m in mine]
     found = len(ids)
     ids += [m.memory_id for m in store.scroll({"user_id": backup_user(user)}, with_features=False)]  # copies
     if intent is not None:
@@ -260,6 +294,11 @@ def erase_user(store: MemoryStore, user: str, intent: str | None = None, at: Seq
             found = first
         else:
             write_durably(intent, orjson.dumps({"user": user, "deleted": found, "at": list(at) if at else None}))
+    # Before the delete: their events dated up to the request (when it says, else up to the newest memory it
+    # erases), sent again, are not stored again (`Processor._screen`); what they add after it is theirs.
+    until = max([asked_at or "", *(m.created_at for m in mine)], key=instant)
+    if until:
+        store.bury([erased_key(user)], until)
     store.delete(ids)
     store.flush()
     return found

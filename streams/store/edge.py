@@ -10,10 +10,12 @@ import ctypes
 import fcntl
 import os
 import shutil
+import sqlite3
 import sys
 import time
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import closing
 from typing import Any
 
 import numpy as np
@@ -36,6 +38,8 @@ from dreamstream.streams.store.base import (
 )
 
 LOCK_FILE = "dream.lock"
+TOMBSTONES = "tombstones.sqlite"
+"""What was removed for good (`bury`): no text, only ids and times."""
 INDEXING_THRESHOLD_KB = 0
 HNSW_M = 0
 """No segment is ever indexed (HNSW): an indexing threshold of 0 turns indexing off, and a graph of no
@@ -215,6 +219,29 @@ class EdgeStore:
         if memory_ids:
             self._room()  # a delete writes too (the engine's log): refused like every write on a full disk
             self.shard.update(self._qe.UpdateOperation.delete_points([point_id(m) for m in memory_ids]))
+
+    def bury(self, keys: Sequence[str], at: str) -> None:
+        """Remembers what was removed for good (`changes.bury`), in a small SQLite file beside the engine's:
+        kept out of the collection, so no read, count or scan of memories ever meets it."""
+        if not keys:
+            return
+        self._room()
+        with closing(sqlite3.connect(os.path.join(self.path, TOMBSTONES))) as db, db:
+            db.execute("CREATE TABLE IF NOT EXISTS gone (key TEXT PRIMARY KEY, at TEXT NOT NULL)")
+            db.executemany("INSERT OR REPLACE INTO gone VALUES (?, ?)", [(k, at) for k in keys])
+
+    def buried(self, keys: Sequence[str]) -> dict[str, str]:
+        """Key -> when, for the keys `bury` was given."""
+        path = os.path.join(self.path, TOMBSTONES)
+        if not keys or not os.path.exists(path):
+            return {}
+        with closing(sqlite3.connect(path)) as db:
+            found: dict[str, str] = {}
+            for start in range(0, len(keys), 500):
+                chunk = list(keys[start:start + 500])
+                rows = db.execute(f"SELECT key, at FROM gone WHERE key IN ({','.join('?' * len(chunk))})", chunk)
+                found.update({str(k): str(a) for k, a in rows})
+            return found
 
     def flush(self) -> None:
         self._writable()

@@ -46,6 +46,7 @@ class ServerStore:
         self.client = QdrantClient(location=location) if location else \
             QdrantClient(url=url, api_key=api_key, check_compatibility=False)
         self.local = bool(location)
+        self._graves = False
         if not self.client.collection_exists(collection):
             try:
                 self.client.create_collection(
@@ -145,6 +146,37 @@ class ServerStore:
     def delete(self, memory_ids: Sequence[str]) -> None:
         if memory_ids:
             self.client.delete(self.collection, points_selector=[point_id(m) for m in memory_ids], wait=True)
+
+    @property
+    def _graveyard(self) -> str:
+        """`bury`'s collection: beside the memories, so no read, count or scan of them ever meets it."""
+        return f"{self.collection}-tombstones"
+
+    def bury(self, keys: Sequence[str], at: str) -> None:
+        """Remembers what was removed for good (`changes.bury`): no text, only keys and times."""
+        if not keys:
+            return
+        m = self._m
+        if not self.client.collection_exists(self._graveyard):
+            try:
+                self.client.create_collection(self._graveyard,
+                                              vectors_config=m.VectorParams(size=1, distance=m.Distance.DOT))
+            except Exception:  # another worker made it first
+                if not self.client.collection_exists(self._graveyard):
+                    raise
+        self.client.upsert(self._graveyard, wait=True, points=[
+            m.PointStruct(id=point_id(k), vector=[1.0], payload={"key": k, "at": at}) for k in keys])
+
+    def buried(self, keys: Sequence[str]) -> dict[str, str]:
+        """Key -> when, for the keys `bury` was given."""
+        if not keys:
+            return {}
+        if not self._graves:  # asked once it exists (it never goes), else each time: another worker may make it
+            self._graves = self.client.collection_exists(self._graveyard)
+            if not self._graves:
+                return {}
+        records = self.client.retrieve(self._graveyard, ids=[point_id(k) for k in keys], with_payload=True)
+        return {str(r.payload["key"]): str(r.payload["at"]) for r in records if r.payload}
 
     def flush(self) -> None:
         """The server persists on its own; nothing to do."""

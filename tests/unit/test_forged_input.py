@@ -162,7 +162,8 @@ def test_a_signed_erase_sent_again_later_in_the_log_does_not_erase_what_came_aft
 
     assert not proc.process([at(_event(), 1)]).dead_letters
     assert proc.process([at(signed, 2)]).erased == ["u-1"]
-    assert not proc.process([at(_event(event_id="e-2", memory_id="m-2", text="Later fact."), 3)]).dead_letters
+    later = _event(event_id="e-2", memory_id="m-2", text="Later fact.", created_at="2026-01-02T09:00:00Z")
+    assert proc.process([at(later, 3)]).outcomes["stored"] == 1  # dated after what was erased: the user's again
     replayed = proc.process([at(signed, 9)])
     assert [d["reason"] for d in replayed.dead_letters] == ["replayed"] and not replayed.erased
     assert edge_store.retrieve(["m-2"])["m-2"].status == "active"

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
 
-from dreamstream.streams.core import memories, reads
+from dreamstream.streams.core import changes, memories, reads
 from dreamstream.streams.core.ingest import Incoming, Processor
 from dreamstream.streams.core.replay import export_rows, replay_file
 from tests.helpers import comparable, event, line
@@ -496,3 +497,31 @@ def test_an_erase_record_erases_every_earlier_add_of_the_user_and_keeps_later_on
     assert [d["reason"] for d in wrong_key.dead_letters] == ["key_mismatch"] and "m-3" in statuses(proc)
     bad = proc.process([Incoming(raw=orjson.dumps({**erase, "user_id": " ana"}), key=None)])
     assert [d["reason"] for d in bad.dead_letters] == ["bad_field"] and "m-3" in statuses(proc)
+
+
+def test_what_was_removed_for_good_is_not_stored_again_when_its_events_come_again(proc: Processor) -> None:
+    """An audit: replaying the same backfill (or a producer's resend) after an erase or a hard delete stored
+    the removed memories again, current as before. Now a digest of what went is kept (`Store.bury`)."""
+    events = [_raw("m-1", "ana", "Ana has a secret diagnosis.", 1), _raw("m-2", "ana", "Ana lives in Lisbon.", 2),
+              _raw("k-1", "kai", "Kai keeps bees.", 1), _raw("k-2", "kai", "Kai sails on Sundays.", 2)]
+    feed(proc, *events)
+    erase = {"type": "user.erase", "event_id": "erase-r9", "user_id": "ana", "request": "r9", "issued_by": "api"}
+    proc.process([Incoming(raw=orjson.dumps(erase), key=b"ana")])
+    deleted = memories.hard_delete_memory(proc.store, "k-1", "kai")
+    assert deleted is not None
+    again = feed(proc, *events)  # before the delete's events are out: its holder, a tombstone, is still there
+    assert again.outcomes["removed_for_good"] == 3 and statuses(proc) == {"k-1": "deleted", "k-2": "active"}
+    changes.sent(proc.store, deleted)
+    assert feed(proc, *events).outcomes["removed_for_good"] == 3 and statuses(proc) == {"k-2": "active"}
+    later = feed(proc, _raw("m-3", "ana", "Ana signed up again.", 3),  # after the erasure: hers
+                 _raw("k-1", "kai", "Kai keeps two hives now.", 3, event_id="e-k-1b"))  # the freed id, new words
+    assert later.outcomes["stored"] == 2 and set(statuses(proc)) == {"m-3", "k-1", "k-2"}
+    assert "secret" not in orjson.dumps(again.dead_letters).decode()
+
+
+def test_the_store_remembers_what_was_buried(store: Any) -> None:
+    assert store.buried(["a", "b"]) == {}
+    store.bury(["a", "c"], "2026-01-01T00:00:00Z")
+    store.bury(["c"], "2026-02-01T00:00:00Z")
+    assert store.buried(["a", "b", "c"]) == {"a": "2026-01-01T00:00:00Z", "c": "2026-02-01T00:00:00Z"}
+    assert store.count() == 0 and list(store.scroll()) == []  # never among the memories
