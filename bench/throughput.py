@@ -160,7 +160,7 @@ def server_scaling(kafka: str, records: list[bytes], batch: int, url: str) -> li
         finally:
             for w in workers:
                 w.stop()
-            store.client.delete_collection(store.collection)
+            store.drop()
             store.close()
         out.append({"workers": k, "events": len(records), "seconds": wall, "events_per_s": len(records) / wall,
                     "store_calls_per_event": calls / len(records)})

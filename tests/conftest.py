@@ -76,7 +76,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[object]:
                         collection=f"test_{uuid.uuid4().hex[:12]}")
     yield s
     if request.param == "server":
-        s.client.delete_collection(s.collection)
+        s.drop()
     s.close()
 
 

@@ -85,12 +85,6 @@ def instant(iso: str) -> datetime:
     return datetime.fromisoformat(iso) if iso else datetime.min.replace(tzinfo=UTC)
 
 
-def erased_before(store: MemoryStore, users: Sequence[str]) -> dict[str, datetime]:
-    """User -> the time up to which their events were erased (`erase_user`), for those erased."""
-    keys = {erased_key(u): u for u in users}
-    return {keys[k]: instant(at) for k, at in store.buried(sorted(keys)).items()}
-
-
 def bury_deleted(store: MemoryStore, memory_ids: Sequence[str]) -> None:
     """A memory deleted for good stays so: ingest passes over a redelivery of its event (a producer's
     resend, a replayed backfill) instead of storing it again (`Processor._screen`)."""

@@ -426,10 +426,13 @@ class Processor:
         existing = self.store.retrieve(list(dict.fromkeys(e.memory_id for _, e in parsed)))
         # Removed for good: a memory hard-deleted, a user erased. Their events sent again (a producer's resend, a
         # replayed backfill) are passed over, not stored again; counted, never dead-lettered (that keeps the text).
-        erased = changes.erased_before(self.store, sorted({e.user_id for _, e in parsed}))
-        gone = self.store.buried([changes.gone_key(e.user_id, e.memory_id, e.text) for _, e in parsed
-                                  if e.kind != "pattern"])  # stored still, too: a delete's unsent holder
-        if erased or gone:
+        users = {changes.erased_key(u): u for u in sorted({e.user_id for _, e in parsed})}
+        # A fact stored still is asked too: a hard delete's holder stays, a tombstone, until its events are out.
+        buried = self.store.buried([*users, *(changes.gone_key(e.user_id, e.memory_id, e.text) for _, e in parsed
+                                              if e.kind != "pattern")])  # one call per batch
+        erased = {users[k]: changes.instant(at) for k, at in buried.items() if k in users}
+        gone = buried.keys() - users.keys()
+        if buried:
             kept = []
             for item, event in parsed:
                 if changes.gone_key(event.user_id, event.memory_id, event.text) in gone or (

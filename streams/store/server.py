@@ -178,6 +178,12 @@ class ServerStore:
         records = self.client.retrieve(self._graveyard, ids=[point_id(k) for k in keys], with_payload=True)
         return {str(r.payload["key"]): str(r.payload["at"]) for r in records if r.payload}
 
+    def drop(self) -> None:
+        """Deletes the collection and its tombstones (tests, benchmarks): what a fresh start needs."""
+        for name in (self.collection, self._graveyard):
+            if self.client.collection_exists(name):
+                self.client.delete_collection(name)
+
     def flush(self) -> None:
         """The server persists on its own; nothing to do."""
 

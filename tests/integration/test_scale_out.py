@@ -53,7 +53,7 @@ def server(qdrant_url: str | None, unique: str) -> Iterator[ServerStore]:
     store = ServerStore(url=qdrant_url, api_key=os.environ.get("QDRANT_API_KEY") or None,
                         collection=f"scale_{unique}")
     yield store
-    store.client.delete_collection(store.collection)
+    store.drop()
     store.close()
 
 
