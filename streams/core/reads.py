@@ -273,13 +273,13 @@ def heirs_first(store: MemoryStore, matches: Sequence[Scored], vector: np.ndarra
     heads = {m.memory_id: m.superseded_by or m.merged_into for m in older}
     known = {m.memory_id: m for m, _, _ in matches}
     placed = {m.memory_id: (m, r, s) for m, r, s in matches}
-    frontier = {x for x in heads.values() if x} - set(known)
+    frontier = {mid for mid in heads.values() if mid} - set(known)
     for _ in range(20):  # the same bound as `replaced_by`: chains are short
         if not frontier:
             break
         fetched = store.retrieve(sorted(frontier), with_vectors=True)
         known.update(fetched)
-        frontier = {x for m in fetched.values() if (x := m.superseded_by or m.merged_into)} - set(known)
+        frontier = {nxt for m in fetched.values() if (nxt := m.superseded_by or m.merged_into)} - set(known)
     q = np.asarray(vector, np.float32)
     heir_of: dict[str, Scored] = {}
     for m in older:
@@ -305,14 +305,14 @@ def heirs_first(store: MemoryStore, matches: Sequence[Scored], vector: np.ndarra
             heir_of[m.memory_id] = found
     out: list[Scored] = []
     shown: set[str] = set()
-    for x in matches:
-        h = heir_of.get(x[0].memory_id)
+    for match in matches:
+        h = heir_of.get(match[0].memory_id)
         if h is not None and h[0].memory_id not in shown:
             out.append(h)
             shown.add(h[0].memory_id)
-        if x[0].memory_id not in shown:
-            out.append(x)
-            shown.add(x[0].memory_id)
+        if match[0].memory_id not in shown:
+            out.append(match)
+            shown.add(match[0].memory_id)
     return out
 
 
