@@ -126,6 +126,25 @@ def replay(file: Path, store_dir: str | None, dead_path: Path | None,
 
 @dream.command()
 @store_option
+def compact(store_dir: str | None) -> None:
+    """Rewrite an embedded store without what was deleted: the engine keeps a deleted memory's words in its
+    files until then (an erase and a --hard-delete pass do this themselves; a single hard delete does not)."""
+    from dreamstream.streams.core import changes
+
+    store = open_configured_store(store_dir)
+    try:
+        if settings.qdrant_url:
+            raise click.ClickException("a Qdrant server compacts on its own (its optimizer); nothing to do here")
+        before = store.count()
+        if not changes.compact(store):
+            raise click.ClickException("not enough free disk for the store's copy: free some space and run it again")
+        click.echo(f"compacted {store_dir or settings.store_dir}: {before} memories kept, deleted ones' words gone")
+    finally:
+        store.close()
+
+
+@dream.command()
+@store_option
 @click.option("--out", "out", default=None, type=click.Path(path_type=Path),
                                   help="Output file (default: stdout).")
 @click.option("--user", "user", default=None, help="Only this user's memories.")

@@ -295,4 +295,12 @@ def erase_user(store: MemoryStore, user: str, intent: str | None = None, at: Seq
         store.bury([erased_key(user)], until)
     store.delete(ids)
     store.flush()
+    compact(store)
     return found
+
+
+def compact(store: MemoryStore) -> bool:
+    """Rewrites an embedded store without what was deleted (`EdgeStore.compact`): the engine keeps deleted
+    texts in its log and pages until then. A server compacts by its own optimizer: False there."""
+    rewrite = getattr(store, "compact", None)
+    return bool(rewrite()) if callable(rewrite) else False

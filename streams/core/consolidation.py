@@ -145,6 +145,8 @@ def apply_plan(
         change.holder = change.deletes[0]
     changes.apply(store, change)
     store.flush()
+    if outcome.deleted:  # deleted for good: out of the engine's files too
+        changes.compact(store)
     return outcome, change.events
 
 

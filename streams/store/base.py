@@ -120,7 +120,7 @@ MIN_FREE_BYTES = 64 * 2**20
 disk by default (DREAM_MIN_FREE_MB): a full disk inside the engine's mapped files ends in SIGBUS."""
 
 GUARDED = ("upsert", "update", "update_many", "retrieve", "nearest", "nearest_many", "scroll", "count", "delete",
-           "bury", "buried", "flush", "optimize", "rebuild_indexes")
+           "bury", "buried", "compact", "flush", "optimize", "rebuild_indexes")
 
 
 def guarded(cls: type[T]) -> type[T]:

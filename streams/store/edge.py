@@ -40,6 +40,25 @@ from dreamstream.streams.store.base import (
 LOCK_FILE = "dream.lock"
 TOMBSTONES = "tombstones.sqlite"
 """What was removed for good (`bury`): no text, only ids and times."""
+COMPACT_DIR, OLD_DIR, COMPACT_DONE = ".compact", ".compacted-away", "DONE"
+"""`compact`'s new copy, the engine files it replaced, and the mark that the copy is whole."""
+
+
+def _finish_compaction(path: str) -> None:
+    """Completes or discards a `compact` a crash interrupted: a whole copy (its DONE mark) is swapped in, the
+    engine's entries one rename each (the old one moved aside first); a partial one is dropped."""
+    work, old = os.path.join(path, COMPACT_DIR), os.path.join(path, OLD_DIR)
+    if os.path.isdir(work) and os.path.exists(os.path.join(work, COMPACT_DONE)):
+        os.makedirs(old, exist_ok=True)
+        for name in os.listdir(work):
+            if name == COMPACT_DONE:
+                continue
+            if name not in os.listdir(old) and os.path.exists(os.path.join(path, name)):
+                os.rename(os.path.join(path, name), os.path.join(old, name))
+            os.rename(os.path.join(work, name), os.path.join(path, name))
+        os.remove(os.path.join(work, COMPACT_DONE))
+    shutil.rmtree(work, ignore_errors=True)
+    shutil.rmtree(old, ignore_errors=True)
 INDEXING_THRESHOLD_KB = 0
 HNSW_M = 0
 """No segment is ever indexed (HNSW): an indexing threshold of 0 turns indexing off, and a graph of no
@@ -77,15 +96,20 @@ class EdgeStore:
             raise
         _open_stores.add(self)
 
-    def _open_shard(self) -> Any:
+    def _config(self) -> Any:
         qe = self._qe
-        config = qe.EdgeConfig(
+        return qe.EdgeConfig(
             vectors=qe.EdgeVectorParams(size=VECTOR_SIZE, distance=qe.Distance.Cosine),
             max_search_threads=2,
             optimizers=qe.EdgeOptimizersConfig(indexing_threshold=INDEXING_THRESHOLD_KB),
             hnsw_config=qe.HnswIndexConfig(m=HNSW_M, ef_construct=100, full_scan_threshold=10_000),
         )
-        fresh = not any(name not in (".lock", LOCK_FILE) for name in os.listdir(self.path))
+
+    def _open_shard(self) -> Any:
+        qe = self._qe
+        config = self._config()
+        _finish_compaction(self.path)
+        fresh = not any(name not in (".lock", LOCK_FILE, TOMBSTONES) for name in os.listdir(self.path))
         # Loading checks the config against the store's (vector size, distance) and writes it over the
         # saved one (atomically): a store an older version made, with indexed segments, takes it too.
         shard = qe.EdgeShard.create(self.path, config) if fresh else qe.EdgeShard.load(self.path, config)
@@ -219,6 +243,42 @@ class EdgeStore:
         if memory_ids:
             self._room()  # a delete writes too (the engine's log): refused like every write on a full disk
             self.shard.update(self._qe.UpdateOperation.delete_points([point_id(m) for m in memory_ids]))
+
+    def compact(self) -> bool:
+        """Rewrites the store with only the memories it holds now: the engine keeps a deleted point's payload
+        in its log and its segment pages (an audit found an erased user's texts there after an optimize), so
+        an erasure ends with this. The copy is built in `.compact` and swapped in entry by entry, which a crash
+        at any point leaves to `_finish_compaction` at the next open. False (and nothing done) when the disk
+        lacks room for the copy."""
+        qe = self._qe
+        size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(self.path) for f in fs)
+        if shutil.disk_usage(self.path).free - size < self.min_free_bytes:
+            return False
+        self._room()
+        work = os.path.join(self.path, COMPACT_DIR)
+        shutil.rmtree(work, ignore_errors=True)
+        shard = qe.EdgeShard.create(work, self._config())
+        for name in INDEXED_FIELDS:
+            shard.update(qe.UpdateOperation.create_field_index(name, qe.PayloadSchemaType.Keyword))
+        offset = None
+        while True:
+            records, offset = self.shard.scroll(qe.ScrollRequest(offset=offset, limit=512, with_payload=True,
+                                                                 with_vector=True))
+            if records:
+                shard.update(qe.UpdateOperation.upsert_points([qe.Point(r.id, r.vector, r.payload) for r in records]))
+            if offset is None:
+                break
+        shard.flush()
+        shard.close()
+        with open(os.path.join(work, COMPACT_DONE), "wb") as f:
+            os.fsync(f.fileno())
+        self.shard.flush()
+        self.shard.close()
+        try:
+            _finish_compaction(self.path)
+        finally:  # whatever the swap did, the store is open again (on the copy, or on the old files)
+            self.shard = self._open_shard()
+        return True
 
     def bury(self, keys: Sequence[str], at: str) -> None:
         """Remembers what was removed for good (`changes.bury`), in a small SQLite file beside the engine's:

@@ -420,3 +420,8 @@ def test_a_hard_deleting_pass_says_what_it_deleted_and_offers_no_undo_it_cannot_
     assert out.returncode == 0, out.stderr
     assert "dream undo" not in out.stdout + out.stderr and "pass cons-" in out.stderr
     assert "pruned=2" in out.stdout and "2 memories were deleted permanently" in out.stdout
+    files = [p for p in Path(store).rglob("*") if p.is_file()]
+    assert not any(b"checkout test failing" in p.read_bytes() for p in files)  # out of the engine's files too
+    assert any(b"Jo lives in Galway" in p.read_bytes() for p in files)
+    compacted = dream("compact", "--store", store)
+    assert compacted.returncode == 0 and "1 memories kept" in compacted.stdout

@@ -335,3 +335,61 @@ def test_light_consolidation_killed_after_any_write_ends_as_a_clean_run(tmp_path
         runner.light(store, "u1")  # and the run again
         assert links(store) == expected, f"killed after write {n}"
         store.close()
+
+
+def _words_on_disk(folder: Path, word: bytes) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file() and word in p.read_bytes())
+
+
+def test_an_erased_users_words_leave_the_stores_files(tmp_path: Path, embedder: Any) -> None:
+    """An audit: after an erase (and an optimize) the user's texts were still in the engine's log and pages,
+    so any copy of the store folder (a backup) carried them. The erase now rewrites the store."""
+    import orjson
+
+    store = EdgeStore(tmp_path / "store")
+    proc = Processor(store, embedder)
+    rows = [{"type": "memory.added", "event_id": f"e-{u}-{n}", "memory_id": f"{u}-{n}", "user_id": u,
+             "text": f"{u.title()} note {n}: {word} is private.", "created_at": f"2026-01-0{n}T00:00:00Z"}
+            for u, word in (("sao", "Sourdoughsecret"), ("bo", "Beekeeping")) for n in (1, 2, 3)]
+    proc.process([Incoming(raw=orjson.dumps(r), key=r["user_id"].encode()) for r in rows])
+    store.flush()
+    assert _words_on_disk(tmp_path / "store", b"Sourdoughsecret")  # the engine's log and pages hold it
+    erase = {"type": "user.erase", "event_id": "erase-x", "user_id": "sao", "request": "x"}
+    proc.process([Incoming(raw=orjson.dumps(erase), key=b"sao")])
+    assert _words_on_disk(tmp_path / "store", b"Sourdoughsecret") == []
+    assert _words_on_disk(tmp_path / "store", b"Beekeeping") and store.count({"user_id": "bo"}) == 3
+    store.close()
+    again = EdgeStore(tmp_path / "store")
+    assert again.count() == 3 and again.count({"user_id": "sao"}) == 0
+    again.close()
+
+
+def test_a_compaction_cut_short_is_finished_at_the_next_open(tmp_path: Path, embedder: Any,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The copy is swapped in one rename per engine entry: a crash between two (here a failing rename) is
+    finished when the store opens again, never left half old, half new."""
+    import os
+
+    store = EdgeStore(tmp_path / "store")
+    store.upsert(memories(embedder))
+    gone = [m.memory_id for m in store.scroll()][:3]
+    kept = store.count() - 3
+    store.delete(gone)
+    store.flush()
+    real, calls = os.rename, []
+
+    def rename(a: Any, b: Any) -> None:
+        calls.append(a)
+        if len(calls) == 2:
+            raise OSError("disk went away")
+        real(a, b)
+
+    monkeypatch.setattr(os, "rename", rename)
+    with pytest.raises(Exception, match="disk went away"):
+        store.compact()  # the store reopened in its `finally`: the swap finished there
+    assert store.count() == kept and store.retrieve(gone) == {}
+    monkeypatch.setattr(os, "rename", real)
+    store.close()
+    reopened = EdgeStore(tmp_path / "store")
+    assert reopened.count() == kept and not (tmp_path / "store" / ".compact").exists()
+    reopened.close()
