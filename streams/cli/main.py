@@ -156,6 +156,8 @@ def export(store_dir: str | None, out: Path | None, user: str | None) -> None:
         raise click.UsageError("--user is empty (an unset variable?): name a user, or leave --user out for all")
     if out is not None and not out.parent.is_dir():
         raise click.UsageError(f"--out {out}: no folder {out.parent}")
+    if out is not None and out.is_dir():
+        raise click.UsageError(f"--out {out} is a folder: name the file to write")
     store = open_configured_store(store_dir)
     rows = export_rows(store, user)
     data = b"".join(orjson.dumps(r) + b"\n" for r in rows)

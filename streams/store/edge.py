@@ -362,7 +362,7 @@ def lock_holder(path: str | os.PathLike[str]) -> str | None:
     name = os.path.join(os.fspath(path), LOCK_FILE)
     try:
         handle = open(name)  # noqa: SIM115  (closed below)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # no store there (a file named as one): nobody holds it
         return None
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -29,6 +29,18 @@ def test_a_mistyped_store_is_an_error_not_an_empty_store(tmp_path: Path) -> None
     assert not (tmp_path / "typo").exists()
 
 
+def test_a_store_path_that_is_a_file_and_an_out_that_is_a_folder_get_one_line_errors(tmp_path: Path) -> None:
+    """An audit: `get` and `undo` on a --store that is a file answered NotADirectoryError, `export --out .`
+    IsADirectoryError."""
+    afile = tmp_path / "notes.txt"
+    afile.write_text("hello")
+    for args in (["get", "--user", "u"], ["undo", "d-1"], ["export", "--out", str(tmp_path / "x.jsonl")]):
+        out = dream(*args, "--store", str(afile))
+        assert out.returncode == 1 and out.stderr.startswith(f"Error: no store at {afile}"), (args, out.stderr)
+    folder = dream("export", "--store", str(afile), "--out", str(tmp_path))
+    assert folder.returncode == 2 and "is a folder: name the file to write" in folder.stderr
+
+
 def test_a_file_without_a_single_event_fails_the_replay(tmp_path: Path) -> None:
     csv = tmp_path / "memories.csv"
     csv.write_text("user,text\nu-1,likes tea\nu-1,lives in Porto\n")
