@@ -43,6 +43,15 @@ TOMBSTONES = "tombstones.sqlite"
 COMPACT_DIR, OLD_DIR, COMPACT_DONE = ".compact", ".compacted-away", "DONE"
 """`compact`'s new copy, the engine files it replaced, and the mark that the copy is whole."""
 
+INDEXING_THRESHOLD_KB = 0
+HNSW_M = 0
+"""No segment is ever indexed (HNSW): an indexing threshold of 0 turns indexing off, and a graph of no
+edges (`HNSW_M`) differs from the config an indexed segment was built with, so `optimize()` rebuilds a store's
+earlier indexed segments as plain ones. Every read is scoped to one user, which the user_id payload
+index answers by scanning that user's points; an indexed segment only made those reads slower
+(bench/scale.py at 100k: adds 8.9 -> 15.3 ms after `optimize()`, the nearest query 2.7 -> 7.9 ms; the
+same with m=0 alone), and building it took a minute."""
+
 
 def _finish_compaction(path: str) -> None:
     """Completes or discards a `compact` a crash interrupted: a whole copy (its DONE mark) is swapped in, the
@@ -59,14 +68,6 @@ def _finish_compaction(path: str) -> None:
         os.remove(os.path.join(work, COMPACT_DONE))
     shutil.rmtree(work, ignore_errors=True)
     shutil.rmtree(old, ignore_errors=True)
-INDEXING_THRESHOLD_KB = 0
-HNSW_M = 0
-"""No segment is ever indexed (HNSW): an indexing threshold of 0 turns indexing off, and a graph of no
-edges (`HNSW_M`) differs from the config an indexed segment was built with, so `optimize()` rebuilds a store's
-earlier indexed segments as plain ones. Every read is scoped to one user, which the user_id payload
-index answers by scanning that user's points; an indexed segment only made those reads slower
-(bench/scale.py at 100k: adds 8.9 -> 15.3 ms after `optimize()`, the nearest query 2.7 -> 7.9 ms; the
-same with m=0 alone), and building it took a minute."""
 
 
 @guarded
