@@ -251,13 +251,21 @@ def backup_user(user: str) -> str:
     return f"{BACKUP}reprocess{BACKUP}{user}"
 
 
-def erased_count(intent: str) -> int | None:
-    """The count an erase request wrote before its delete (`erase_user`); None: it never ran here."""
+def read_intent(intent: str) -> dict[str, Any] | None:
+    """What an erase request wrote before its delete (`erase_user`); None: it never ran here."""
     try:
         with open(intent, "rb") as f:
-            return int(orjson.loads(f.read())["deleted"])
-    except (OSError, ValueError, KeyError):
+            record = orjson.loads(f.read())
+        int(record["deleted"])
+    except (OSError, ValueError, KeyError, TypeError):
         return None
+    return record if isinstance(record, dict) else None
+
+
+def erased_count(intent: str) -> int | None:
+    """The count an erase request wrote before its delete (`erase_user`); None: it never ran here."""
+    record = read_intent(intent)
+    return None if record is None else int(record["deleted"])
 
 
 def erased_at(intent: str) -> list[Any] | None:
@@ -273,24 +281,31 @@ def erased_at(intent: str) -> list[Any] | None:
 
 def erase_user(store: MemoryStore, user: str, intent: str | None = None, at: Sequence[Any] | None = None,
                asked_at: str | None = None) -> int:
-    """Deletes every memory of one user for good (an erasure: no text kept; `bury` keeps a digest of the user
-    id and the time the erasure covers, so a resend of what was erased is not stored again); returns how many.
-    A repeat deletes whatever is left. With `intent` (a file per request) the first run's count, and `at`,
-    where its record was read, are written there before the delete, so a request read again after a crash
-    still reports what it found first, and a copy of the record elsewhere in the log is known (`erased_at`)."""
+    """Deletes every memory of one user for good (an erasure: no text kept); returns how many. `bury` keeps
+    digests so that what was erased is not stored again when its events come again (`Processor._screen`):
+    each erased memory's (user, id, text), and the user's id with the time the erasure covers (the request's
+    `created_at`, else the newest memory it deletes): events of the user dated up to it.
+
+    With `intent` (a file per request) the first run writes down, before any delete, its count, the ids it
+    found, that time and `at` (where its record was read): a request read again after a crash deletes what is
+    left of those ids only, never what the user added after it (ingested before the crash), reports the first
+    count, and a copy of the record elsewhere in the log is known (`erased_at`)."""
     mine = list(store.scroll({"user_id": user}, with_features=False))
+    first = read_intent(intent) if intent is not None else None
+    if first is not None and isinstance(first.get("ids"), list):
+        chosen = set(map(str, first["ids"]))
+        mine = [m for m in mine if m.memory_id in chosen]
+        until = str(first.get("until") or "")
+    else:
+        until = asked_at or max([m.created_at for m in mine], key=instant, default="")
+    found = int(first["deleted"]) if first is not None else len(mine)
+    if intent is not None and first is None:
+        write_durably(intent, orjson.dumps({"user": user, "deleted": found, "at": list(at) if at else None,
+                                            "ids": [m.memory_id for m in mine], "until": until}))
     ids = [m.memory_id for m in mine]
-    found = len(ids)
     ids += [m.memory_id for m in store.scroll({"user_id": backup_user(user)}, with_features=False)]  # copies
-    if intent is not None:
-        first = erased_count(intent)
-        if first is not None:
-            found = first
-        else:
-            write_durably(intent, orjson.dumps({"user": user, "deleted": found, "at": list(at) if at else None}))
-    # Before the delete: their events dated up to the request (when it says, else up to the newest memory it
-    # erases), sent again, are not stored again (`Processor._screen`); what they add after it is theirs.
-    until = max([asked_at or "", *(m.created_at for m in mine)], key=instant)
+    at_now = now_iso()
+    store.bury([gone_key(m.user_id, m.memory_id, m.text) for m in mine if m.text], at_now)
     if until:
         store.bury([erased_key(user)], until)
     store.delete(ids)

@@ -550,6 +550,13 @@ class Processor:
         the batch read again instead, it would store the deleted memory again)."""
         ids = list(dict.fromkeys(memory_ids))
         sent = {"outbox": [], "outbox_state": "sent"}
+        if held_by_tombstones := [m for m in self.store.scroll({"status": "deleted", "outbox_state": "unsent"})
+                                  if m.memory_id in set(ids) and m.pending.get(m.memory_id, {}).get(changes.DELETE)]:
+            # A hard delete's holder (`changes.apply`): its events are out, so it goes, as `changes.sent` does;
+            # cleared only, it stayed for good after a crash, keeping its id from its user and everyone else.
+            gone = [m.memory_id for m in held_by_tombstones]
+            self.store.delete(gone)
+            ids = [m for m in ids if m not in gone]
         try:
             self.store.update_many(ids, sent)
         except StoreError:

@@ -72,7 +72,7 @@ CONTROL = Counter("dreamstream_control_commands_total", "Commands on the control
                   ["command", "outcome"])
 
 EVENT_OUTCOMES = {"stored": (MEMORY_ADDED, "stored"), "pattern_stored": (PATTERN_ADDED, "stored"),
-                  "redelivered": (MEMORY_ADDED, "redelivered")}
+                  "redelivered": (MEMORY_ADDED, "redelivered"), "removed_for_good": (MEMORY_ADDED, "removed_for_good")}
 SYNTH_RESULTS = ("ran", "disabled", "too_few_memories", "not_due", "unchanged")
 PATTERN_CHANGES = ("written", "updated", "unchanged", "retired")
 CONTROL_OUTCOMES = ("ok", "error", "rejected")
@@ -83,7 +83,7 @@ NOT_TAKEN_REASONS = ("skip", "seek", "drop", "revoked", "store_failed")
 
 def _initialise() -> None:
     for etype in (MEMORY_ADDED, PATTERN_ADDED):
-        for outcome in ("stored", "redelivered", "dead_letter"):
+        for outcome in ("stored", "redelivered", "dead_letter", "removed_for_good"):
             EVENTS.labels(etype, outcome)
     for reason in REASONS:
         DEAD_LETTERS.labels(reason)

@@ -513,6 +513,10 @@ def test_what_was_removed_for_good_is_not_stored_again_when_its_events_come_agai
     assert again.outcomes["removed_for_good"] == 3 and statuses(proc) == {"k-1": "deleted", "k-2": "active"}
     changes.sent(proc.store, deleted)
     assert feed(proc, *events).outcomes["removed_for_good"] == 3 and statuses(proc) == {"k-2": "active"}
+    # The API says so at once (a 409), instead of a 202 and a wait for a memory that never comes.
+    for e in (events[0], events[2]):
+        assert (memories.taken(proc.store, [e]) or "").startswith("removed_for_good: ")
+    assert memories.taken(proc.store, [events[3]]) is None
     later = feed(proc, _raw("m-3", "ana", "Ana signed up again.", 3),  # after the erasure: hers
                  _raw("k-1", "kai", "Kai keeps two hives now.", 3, event_id="e-k-1b"))  # the freed id, new words
     assert later.outcomes["stored"] == 2 and set(statuses(proc)) == {"m-3", "k-1", "k-2"}
@@ -525,3 +529,30 @@ def test_the_store_remembers_what_was_buried(store: Any) -> None:
     store.bury(["c"], "2026-02-01T00:00:00Z")
     assert store.buried(["a", "b", "c"]) == {"a": "2026-01-01T00:00:00Z", "c": "2026-02-01T00:00:00Z"}
     assert store.count() == 0 and list(store.scroll()) == []  # never among the memories
+
+
+def test_an_erasure_covers_up_to_its_request_even_past_a_memory_dated_ahead(proc: Processor) -> None:
+    """An audit: one erased memory dated ahead (a planned date, a skewed clock) made the erasure cover every add
+    up to that date, so the user's new memories after it were dropped unseen. The request's time is the line;
+    the memory dated ahead stays erased by its own digest."""
+    ahead = _raw("n-1", "ned", "Ned's trip is booked for June 2027.", 1, created_at="2027-06-01T00:00:00Z")
+    feed(proc, ahead, _raw("n-2", "ned", "Ned lives in Leeds.", 1))
+    erase = {"type": "user.erase", "event_id": "erase-n", "user_id": "ned", "request": "n",
+             "created_at": "2026-02-01T00:00:00Z"}
+    proc.process([Incoming(raw=orjson.dumps(erase), key=b"ned")])
+    after = feed(proc, _raw("n-3", "ned", "Ned signed up again.", 5, created_at="2026-03-01T00:00:00Z"))
+    assert after.outcomes["stored"] == 1 and set(statuses(proc)) == {"n-3"}
+    assert feed(proc, ahead).outcomes["removed_for_good"] == 1 and set(statuses(proc)) == {"n-3"}
+
+
+def test_a_hard_delete_whose_events_a_restart_sends_frees_its_id(proc: Processor) -> None:
+    """An audit: a worker killed after a hard delete sent the delete's events at its next start but only cleared
+    them, so the deleted memory's holder stayed for good: shown by id as deleted, counted, and its id refused
+    to its user's new words and to everyone else."""
+    feed(proc, _raw("g-1", "gus", "Gus keeps a diary.", 1))
+    assert memories.hard_delete_memory(proc.store, "g-1", "gus")  # killed before publishing: events kept unsent
+    unsent = proc.unsent()
+    assert unsent.status_events and "g-1" in unsent.outbox_owners
+    proc.mark_sent(unsent.outbox_owners)  # what the worker does at its start once they are published
+    assert proc.store.retrieve(["g-1"]) == {}
+    assert feed(proc, _raw("g-1", "hal", "Hal rides a bike.", 2, event_id="e-g-1-hal")).outcomes["stored"] == 1
