@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -32,6 +34,21 @@ A second hobby, pet or language, a complementary detail, a repeated event, a tri
 or a fact about another person is neither a duplicate nor a contradiction. Use [] when none."""
 
 __all__ = ["LLMJudge", "LLMReplyError", "parse_reply"]
+
+
+FALLBACKS: Counter[str] = Counter()
+"""Calls answered by the offline judge instead, by error: a failing endpoint looked like a healthy one (an
+audit), its only trace a rule suffix on the decisions it did make. `dream replay` prints the count."""
+log = logging.getLogger("dreamstream.judge")
+
+
+def fell_back(exc: BaseException) -> None:
+    """Counts a fallback and says so in the log: at the first of each kind, then every 100th."""
+    kind = type(exc).__name__
+    FALLBACKS[kind] += 1
+    if FALLBACKS[kind] % 100 == 1:
+        log.warning("LLM judge failed (%s: %s); the offline judge decides instead (%d such so far)", kind,
+                    " ".join(str(exc).split())[:200], FALLBACKS[kind])
 
 
 @dataclass
@@ -62,6 +79,7 @@ class LLMJudge:
         try:
             reply = self._reply(new, [candidates[i] for i in open_idx])
         except Exception as exc:  # noqa: BLE001 - any failure means: keep the offline verdicts
+            fell_back(exc)
             return [replace(v, rule=f"{v.rule}|llm_fallback:{type(exc).__name__}") for v in base]
         return self._merge(base, open_idx, reply)
 
@@ -114,10 +132,18 @@ def parse_reply(payload: dict[str, Any], n: int) -> dict[str, Any]:
 
 def check_reply(data: dict[str, Any], n: int) -> dict[str, Any]:
     """The verdict in a reply object, candidate numbers checked against 1..n."""
-    out: dict[str, Any] = {"new_more_complete": bool(data.get("new_more_complete", False))}
+    # Every key the prompt asks for, of its type: `{}` or another shape read as "nothing related" (an audit),
+    # `true` as candidate 1, and "false" as true.
+    fuller = data.get("new_more_complete", False)
+    if not isinstance(fuller, bool):
+        raise LLMReplyError("new_more_complete must be true or false")
+    out: dict[str, Any] = {"new_more_complete": fuller}
+    if "duplicates" not in data and "contradicted" not in data:
+        raise LLMReplyError("the reply has neither a duplicates nor a contradicted list")
     for key in ("duplicates", "contradicted"):
         vals = data.get(key, [])
-        if not isinstance(vals, list) or not all(isinstance(x, int) and 1 <= x <= n for x in vals):
+        if not isinstance(vals, list) or not all(
+                isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= n for x in vals):
             raise LLMReplyError(f"{key} must be a list of candidate numbers 1..{n}")
         out[key] = sorted(set(vals))
     if set(out["duplicates"]) & set(out["contradicted"]):

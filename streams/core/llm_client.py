@@ -29,7 +29,9 @@ def _transient(exc: BaseException) -> bool:
     if isinstance(exc, httpx.HTTPStatusError):
         code = exc.response.status_code
         return code == 429 or code >= 500
-    return isinstance(exc, (httpx.ConnectError, httpx.TimeoutException))
+    # A connection the server closed or broke without an answer is as transient as one it refused.
+    return isinstance(exc, (httpx.ConnectError, httpx.TimeoutException, httpx.RemoteProtocolError,
+                            httpx.ReadError, httpx.WriteError))
 
 
 @dataclass(frozen=True)

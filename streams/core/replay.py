@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from dreamstream.agents import llm_judge
 from dreamstream.schemas.errors import InvalidInput
 from dreamstream.schemas.events import InvalidEvent, normalise_time
 from dreamstream.schemas.memory import parse_time
@@ -79,6 +80,7 @@ def replay_file(
     """
     if processor is None:
         processor = Processor(store, shared_embedder())
+    fallbacks_before = sum(llm_judge.FALLBACKS.values())
     dead_path = writable_dead_letters(path, dead_path)
     summary = summary or ReplaySummary()
     summary.dead_path = dead_path
@@ -110,6 +112,8 @@ def replay_file(
     summary.seconds = time.perf_counter() - start
     summary.stored = total.outcomes["stored"] + total.outcomes["pattern_stored"]
     summary.outcomes = total.outcomes
+    if fell_back := sum(llm_judge.FALLBACKS.values()) - fallbacks_before:  # the LLM judge failed: say it
+        summary.outcomes["llm_judge_fell_back_to_offline"] = fell_back
     summary.decisions = total.decisions
     summary.dead = len(total.dead_letters)
     if total.dead_letters:

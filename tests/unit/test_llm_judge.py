@@ -154,6 +154,10 @@ def test_a_client_error_is_not_retried(server: str, pair: tuple[Memory, list[Mem
         '{"duplicates": "1"}',
         "[1, 2]",
         '{"duplicates": [1], "contradicted": [1]}',
+        "{}",  # read as "nothing related" (an audit): the replaced fact stayed current, nothing said why
+        '{"verdict": "contradiction", "existing": [1]}',
+        '{"duplicates": [], "contradicted": [true]}',  # true was candidate 1: unrelated facts superseded
+        '{"duplicates": [1], "new_more_complete": "false"}',  # "false" was true
     ],
 )
 def test_parse_reply_rejects_bad_shapes(content: str) -> None:
@@ -164,3 +168,28 @@ def test_parse_reply_rejects_bad_shapes(content: str) -> None:
 def test_parse_reply_strips_code_fence() -> None:
     got = parse_reply({"choices": [{"message": {"content": '```json\n{"duplicates": [2]}\n```'}}]}, 2)
     assert got == {"new_more_complete": False, "duplicates": [2], "contradicted": []}
+
+
+def test_a_connection_closed_without_an_answer_is_retried() -> None:
+    """An audit: a server that closed the connection got one attempt, a 500 got three."""
+    import httpx
+
+    from dreamstream.streams.core.llm_client import _transient
+
+    assert _transient(httpx.RemoteProtocolError("Server disconnected without sending a response."))
+    assert _transient(httpx.ReadError("connection reset"))
+    assert not _transient(httpx.HTTPStatusError("400", request=httpx.Request("POST", "http://x"),
+                                                response=httpx.Response(400)))
+
+
+def test_a_failing_judge_is_counted_and_said(pair: tuple[Memory, list[Memory]], caplog: pytest.LogCaptureFixture) -> None:
+    """An audit: with the endpoint down, `dream replay` printed what the offline judge prints; only a rule
+    suffix on some decisions showed the LLM was never heard."""
+    from dreamstream.agents import llm_judge
+
+    before = sum(llm_judge.FALLBACKS.values())
+    new, cands = pair
+    with caplog.at_level("WARNING", logger="dreamstream.judge"):
+        _judge("http://127.0.0.1:1").judge(new, cands)
+    assert sum(llm_judge.FALLBACKS.values()) == before + 1
+    assert llm_judge.FALLBACKS["ConnectError"] != 1 or "offline judge decides instead" in caplog.text
