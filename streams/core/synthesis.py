@@ -288,13 +288,19 @@ def run_memories(
         if old is not None and old.status == "deleted":
             continue  # a person deleted it (its topic's id, other evidence): no run brings it back
         record.pattern_ids.append(theme.pattern_id)
+        # A writer that failed once this run is not asked again in it (each failure waits out its retries).
+        writer_up = write_text is not None and record.themes_by != "llm" and not record.text_fallbacks
         if old is not None and old.status == "active" and sorted(old.sources) == sorted(theme.memory_ids) \
-                and (old.text == theme.text or old.metadata.get("text_by", "offline") != "offline"):
-            record.patterns_unchanged += 1  # same evidence: a written sentence is not asked for again
+                and (old.metadata.get("text_by", "offline") != "offline" or (old.text == theme.text and not writer_up)):
+            # Same evidence: a written sentence is not asked for again; an offline one is, while a writer is
+            # configured and answering (an audit: one outage left the offline wording for good).
+            record.patterns_unchanged += 1
             continue
         text_by = "offline"
         if record.themes_by == "llm":
             text_by = "llm"  # the reader worded it with the grouping
+        elif write_text is not None and record.text_fallbacks:
+            record.text_fallbacks += 1  # failed already this run: offline wording, no new wait
         elif write_text is not None:
             worded = write_text(theme.label, theme.dated() or (theme.text,))
             if worded:

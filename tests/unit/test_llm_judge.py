@@ -182,7 +182,8 @@ def test_a_connection_closed_without_an_answer_is_retried() -> None:
                                                 response=httpx.Response(400)))
 
 
-def test_a_failing_judge_is_counted_and_said(pair: tuple[Memory, list[Memory]], caplog: pytest.LogCaptureFixture) -> None:
+def test_a_failing_judge_is_counted_and_said(pair: tuple[Memory, list[Memory]],
+                                              caplog: pytest.LogCaptureFixture) -> None:
     """An audit: with the endpoint down, `dream replay` printed what the offline judge prints; only a rule
     suffix on some decisions showed the LLM was never heard."""
     from dreamstream.agents import llm_judge

@@ -136,3 +136,23 @@ def test_a_failing_writer_keeps_the_offline_text(edge_store: Any, embedder: Any,
         assert r.ran and r.events and r.text_fallbacks == len(r.events)
         assert all(e["metadata"]["text_by"] == "offline" and ". User " in e["text"] for e in r.events)
         assert "worded offline" in r.describe()
+
+
+def test_a_pattern_worded_offline_in_an_outage_is_worded_again_once_the_writer_answers(
+        edge_store: Any, embedder: Any, chat: str, tmp_path: Path) -> None:
+    """An audit: after one run with the writer down, its offline sentences were "unchanged" for good: the
+    writer, up again, was never asked. A run asks again; and after one failure it stops asking in that run."""
+    ingest(Processor(edge_store, embedder), events("u1"))
+    state = runner.SynthesisState.load(tmp_path / "state.json")
+    runner.enable(state, None, T0)
+    unreachable = ChatEndpoint("http://127.0.0.1:9/v1", "m", timeout_s=1)
+    down = synth_run(edge_store, embedder, state, now=NOW, force=True,
+                     write_text=LLMPatternWriter(unreachable.ask_json))
+    stored = patterns(edge_store)
+    assert stored and all(p.metadata["text_by"] == "offline" for p in stored)
+    assert down.text_fallbacks == len(stored)
+    PatternChat.prompts.clear()
+    up = synth_run(edge_store, embedder, state, now="2025-04-09T00:00:00Z", force=True,
+                   write_text=LLMPatternWriter(ChatEndpoint(chat, "test-model").ask_json))
+    assert up.patterns_updated == len(stored) and len(PatternChat.prompts) == len(stored)
+    assert all(p.text == SENTENCE and p.metadata["text_by"] == "llm" for p in patterns(edge_store))
