@@ -76,15 +76,6 @@ def gone_key(user: str, memory_id: str, text: str) -> str:
     return "gone:" + hashlib.sha256(f"{user}\0{memory_id}\0{text}".encode()).hexdigest()
 
 
-def erased_key(user: str) -> str:
-    """An erased user, by a digest of their id: the store keeps no id of theirs in the clear."""
-    return "erased:" + hashlib.sha256(user.encode()).hexdigest()
-
-
-def instant(iso: str) -> datetime:
-    return datetime.fromisoformat(iso) if iso else datetime.min.replace(tzinfo=UTC)
-
-
 def bury_deleted(store: MemoryStore, memory_ids: Sequence[str]) -> None:
     """A memory deleted for good stays so: ingest passes over a redelivery of its event (a producer's
     resend, a replayed backfill) instead of storing it again (`Processor._screen`)."""
@@ -279,35 +270,28 @@ def erased_at(intent: str) -> list[Any] | None:
     return at if isinstance(at, list) else None
 
 
-def erase_user(store: MemoryStore, user: str, intent: str | None = None, at: Sequence[Any] | None = None,
-               asked_at: str | None = None) -> int:
-    """Deletes every memory of one user for good (an erasure: no text kept); returns how many. `bury` keeps
-    digests so that what was erased is not stored again when its events come again (`Processor._screen`):
-    each erased memory's (user, id, text), and the user's id with the time the erasure covers (the request's
-    `created_at`, else the newest memory it deletes): events of the user dated up to it.
+def erase_user(store: MemoryStore, user: str, intent: str | None = None, at: Sequence[Any] | None = None) -> int:
+    """Deletes every memory of one user for good (an erasure: no text kept); returns how many. `bury` keeps a
+    digest of each erased memory (user, id, text), so that its event sent again (a producer's resend, a
+    replayed backfill) is not stored again (`Processor._screen`); what the user adds after the erasure, in the
+    log's order, is theirs, whatever its date.
 
     With `intent` (a file per request) the first run writes down, before any delete, its count, the ids it
-    found, that time and `at` (where its record was read): a request read again after a crash deletes what is
-    left of those ids only, never what the user added after it (ingested before the crash), reports the first
-    count, and a copy of the record elsewhere in the log is known (`erased_at`)."""
+    found and `at` (where its record was read): a request read again after a crash deletes what is left of
+    those ids only, never what the user added after it (ingested before the crash), reports the first count,
+    and a copy of the record elsewhere in the log is known (`erased_at`)."""
     mine = list(store.scroll({"user_id": user}, with_features=False))
     first = read_intent(intent) if intent is not None else None
     if first is not None and isinstance(first.get("ids"), list):
         chosen = set(map(str, first["ids"]))
         mine = [m for m in mine if m.memory_id in chosen]
-        until = str(first.get("until") or "")
-    else:
-        until = asked_at or max([m.created_at for m in mine], key=instant, default="")
     found = int(first["deleted"]) if first is not None else len(mine)
     if intent is not None and first is None:
         write_durably(intent, orjson.dumps({"user": user, "deleted": found, "at": list(at) if at else None,
-                                            "ids": [m.memory_id for m in mine], "until": until}))
+                                            "ids": [m.memory_id for m in mine]}))
     ids = [m.memory_id for m in mine]
     ids += [m.memory_id for m in store.scroll({"user_id": backup_user(user)}, with_features=False)]  # copies
-    at_now = now_iso()
-    store.bury([gone_key(m.user_id, m.memory_id, m.text) for m in mine if m.text], at_now)
-    if until:
-        store.bury([erased_key(user)], until)
+    store.bury([gone_key(m.user_id, m.memory_id, m.text) for m in mine if m.text], now_iso())
     store.delete(ids)
     store.flush()
     compact(store)

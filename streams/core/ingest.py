@@ -30,7 +30,6 @@ from dreamstream.schemas.events import (
     InvalidEvent,
     dead_letter,
     erase_of,
-    normalise_time,
     now_iso,
     parse_memory_event,
     signed_by,
@@ -347,11 +346,7 @@ class Processor:
             self._dead(result, item, "replayed", f"user.erase request {request} ran already, read at "
                        f"{first[0]}-{first[1]}@{first[2]}: a copy would erase what {user} added since")
             return
-        try:
-            asked = normalise_time(erase.get("created_at"), "created_at") if erase.get("created_at") else None
-        except InvalidEvent:
-            asked = None  # the erase still runs; what it covers is then up to the newest memory it deletes
-        deleted = changes.erase_user(self.store, user, intent, at, asked)
+        deleted = changes.erase_user(self.store, user, intent, at)
         result.status_events.append(status_event(
             f"erase-{request}", f"user:{user}", user, None, "erased", None, "erase",
             {"request": request, "issued_by": erase.get("issued_by") or "kafka", "user": user, "deleted": deleted}))
@@ -426,17 +421,13 @@ class Processor:
         existing = self.store.retrieve(list(dict.fromkeys(e.memory_id for _, e in parsed)))
         # Removed for good: a memory hard-deleted, a user erased. Their events sent again (a producer's resend, a
         # replayed backfill) are passed over, not stored again; counted, never dead-lettered (that keeps the text).
-        users = {changes.erased_key(u): u for u in sorted({e.user_id for _, e in parsed})}
         # A fact stored still is asked too: a hard delete's holder stays, a tombstone, until its events are out.
-        buried = self.store.buried([*users, *(changes.gone_key(e.user_id, e.memory_id, e.text) for _, e in parsed
-                                              if e.kind != "pattern")])  # one call per batch
-        erased = {users[k]: changes.instant(at) for k, at in buried.items() if k in users}
-        gone = buried.keys() - users.keys()
-        if buried:
+        gone = self.store.buried([changes.gone_key(e.user_id, e.memory_id, e.text) for _, e in parsed
+                                  if e.kind != "pattern"])  # one call per batch
+        if gone:
             kept = []
             for item, event in parsed:
-                if changes.gone_key(event.user_id, event.memory_id, event.text) in gone or (
-                        event.user_id in erased and changes.instant(event.created_at) <= erased[event.user_id]):
+                if changes.gone_key(event.user_id, event.memory_id, event.text) in gone:
                     result.outcomes["removed_for_good"] += 1
                     continue
                 kept.append((item, event))

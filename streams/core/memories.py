@@ -82,16 +82,13 @@ def taken(store: MemoryStore, events: list[dict[str, Any]]) -> str | None:
     replaced = [p.replaces for p in parsed if p.replaces]
     stored = store.retrieve([e["memory_id"] for e in events] + replaced)
     by_event = {m.event_id: m for m in store.scroll({"event_id": [e["event_id"] for e in events]}) if m.event_id}
-    users = {changes.erased_key(p.user_id): p.user_id for p in parsed}
-    buried = store.buried([*users, *(changes.gone_key(p.user_id, p.memory_id, p.text) for p in parsed)])
-    erased = {users[k]: changes.instant(at) for k, at in buried.items() if k in users}
+    buried = store.buried([changes.gone_key(p.user_id, p.memory_id, p.text) for p in parsed])
     earlier: set[str] = set()
     for e, p in zip(events, parsed, strict=True):
-        if changes.gone_key(p.user_id, p.memory_id, p.text) in buried or (
-                p.user_id in erased and changes.instant(p.created_at) <= erased[p.user_id]):
+        if changes.gone_key(p.user_id, p.memory_id, p.text) in buried:
             # Ingest would pass over it (`Processor._screen`): a 202 would be followed by nothing at all.
-            return (f"removed_for_good: {e['memory_id']} was erased or deleted for good, and is not stored again "
-                    "(new words need a new memory_id, or a created_at after the erasure)")
+            return (f"removed_for_good: {e['memory_id']} was erased or deleted for good with these words, and is "
+                    "not stored again (a new memory needs a new memory_id or other words)")
         content = (e["memory_id"], e["user_id"], p.text)
         m = stored.get(e["memory_id"])
         if m is not None and (m.user_id, m.text) != content[1:]:

@@ -531,18 +531,18 @@ def test_the_store_remembers_what_was_buried(store: Any) -> None:
     assert store.count() == 0 and list(store.scroll()) == []  # never among the memories
 
 
-def test_an_erasure_covers_up_to_its_request_even_past_a_memory_dated_ahead(proc: Processor) -> None:
-    """An audit: one erased memory dated ahead (a planned date, a skewed clock) made the erasure cover every add
-    up to that date, so the user's new memories after it were dropped unseen. The request's time is the line;
-    the memory dated ahead stays erased by its own digest."""
+def test_after_an_erasure_the_users_new_memories_are_theirs_whatever_their_date(proc: Processor) -> None:
+    """The log's order says what an erasure covers: an add after it is the user's, even dated before it (an
+    audit: a time line let one memory dated ahead swallow every add up to its date). Only the erased memories
+    themselves, sent again, are passed over."""
     ahead = _raw("n-1", "ned", "Ned's trip is booked for June 2027.", 1, created_at="2027-06-01T00:00:00Z")
-    feed(proc, ahead, _raw("n-2", "ned", "Ned lives in Leeds.", 1))
+    feed(proc, ahead, _raw("n-2", "ned", "Ned lives in Leeds.", 2))
     erase = {"type": "user.erase", "event_id": "erase-n", "user_id": "ned", "request": "n",
              "created_at": "2026-02-01T00:00:00Z"}
     proc.process([Incoming(raw=orjson.dumps(erase), key=b"ned")])
-    after = feed(proc, _raw("n-3", "ned", "Ned signed up again.", 5, created_at="2026-03-01T00:00:00Z"))
-    assert after.outcomes["stored"] == 1 and set(statuses(proc)) == {"n-3"}
-    assert feed(proc, ahead).outcomes["removed_for_good"] == 1 and set(statuses(proc)) == {"n-3"}
+    after = feed(proc, _raw("n-3", "ned", "Ned signed up again.", 1), _raw("n-4", "ned", "Ned has a cat.", 9))
+    assert after.outcomes["stored"] == 2 and set(statuses(proc)) == {"n-3", "n-4"}
+    assert feed(proc, ahead).outcomes["removed_for_good"] == 1 and set(statuses(proc)) == {"n-3", "n-4"}
 
 
 def test_a_hard_delete_whose_events_a_restart_sends_frees_its_id(proc: Processor) -> None:
