@@ -282,8 +282,8 @@ class EdgeStore:
         return True
 
     def bury(self, keys: Sequence[str], at: str) -> None:
-        """Remembers what was removed for good (`changes.bury`), in a small SQLite file beside the engine's:
-        kept out of the collection, so no read, count or scan of memories ever meets it."""
+        """Remembers what was removed for good (`changes.bury_deleted`, `erase_user`), in a SQLite file beside
+        the engine's: kept out of the collection, so no read, count or scan of memories ever meets it."""
         if not keys:
             return
         self._room()

@@ -153,7 +153,7 @@ class ServerStore:
         return f"{self.collection}-tombstones"
 
     def bury(self, keys: Sequence[str], at: str) -> None:
-        """Remembers what was removed for good (`changes.bury`): no text, only keys and times."""
+        """Remembers what was removed for good (`changes.bury_deleted`, `erase_user`): digests and times, no text."""
         if not keys:
             return
         m = self._m
