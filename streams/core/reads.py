@@ -128,27 +128,46 @@ def group_of(status: str | None) -> int:
     return 0 if status == "active" else 1 if status == "superseded" else 2
 
 
+def final_heirs(store: MemoryStore, heads: Mapping[str, tuple[str, str | None]],
+                with_vectors: bool = False, known: Mapping[str, Memory] | None = None) -> dict[str, Memory]:
+    """For each key, (its user, the memory that replaced or absorbed it), the memory at the end of that chain
+    of replacements: the last one of the same user (an id freed by a hard delete may since name another
+    user's). One store call per step of the longest chain, not per key; `known` saves the calls it can."""
+    found: dict[str, Memory] = dict(known or {})
+    asked: set[str] = set()
+
+    def end(target: str | None) -> str | None:
+        """Where the chain from `target` leaves what is known: the next id to fetch."""
+        seen = set[str]()
+        while target and target in found and target not in seen:
+            seen.add(target)
+            target = found[target].superseded_by or found[target].merged_into
+        return target if target and target not in found else None
+
+    for _ in range(20):  # chains are short; the bound only guards against a loop
+        wanted = sorted({x for _, head in heads.values() if (x := end(head))} - asked)
+        if not wanted:
+            break
+        asked.update(wanted)
+        found.update(store.retrieve(wanted, with_vectors=with_vectors))
+    out: dict[str, Memory] = {}
+    for key, (user, target) in heads.items():
+        seen = set[str]()
+        while target and target in found and target not in seen and found[target].user_id == user:
+            seen.add(target)
+            out[key] = found[target]
+            target = found[target].superseded_by or found[target].merged_into
+    return out
+
+
 def replaced_by(store: MemoryStore, rows: list[dict[str, Any]]) -> None:
     """Each history (or merged) row names the memory that holds now, following a chain of
     replacements, even when that memory is hidden in the read mode asked for (its text too, unless it
-    was deleted: a deleted memory's words are shown nowhere). One store call per
-    step of the longest chain, not per row."""
-    known: dict[str, Memory] = {}
-    heads = {r["memory_id"]: r.get("superseded_by") or r.get("merged_into") for r in rows}
-    frontier = {x for x in heads.values() if x}
-    for _ in range(20):  # chains are short; the bound only guards against a loop
-        wanted = [x for x in frontier if x not in known]
-        if not wanted:
-            break
-        known.update(store.retrieve(wanted))
-        frontier = {x for m in known.values() if (x := m.superseded_by or m.merged_into)} - set(known)
+    was deleted: a deleted memory's words are shown nowhere)."""
+    finals = final_heirs(store, {r["memory_id"]: (r["user_id"], r.get("superseded_by") or r.get("merged_into"))
+                                 for r in rows})
     for row in rows:
-        target, final, seen = heads[row["memory_id"]], None, set[str]()
-        # Only the row's own user's memories: an id freed by a hard delete may since name another user's.
-        while target and target in known and target not in seen and known[target].user_id == row["user_id"]:
-            seen.add(target)
-            final = known[target]
-            target = final.superseded_by or final.merged_into
+        final = finals.get(row["memory_id"])
         if final is not None:  # a deleted memory's text is hidden from every read: its id and status only
             row["replaced_by"] = {"memory_id": final.memory_id, "status": final.status,
                                   **({"text": final.text} if final.status != "deleted" else {})}
@@ -270,28 +289,14 @@ def heirs_first(store: MemoryStore, matches: Sequence[Scored], vector: np.ndarra
     older = [x[0] for x in matches if x[0].status in ("superseded", "merged") and keep(x)]
     if not older:
         return list(matches)
-    heads = {m.memory_id: m.superseded_by or m.merged_into for m in older}
-    known = {m.memory_id: m for m, _, _ in matches}
     placed = {m.memory_id: (m, r, s) for m, r, s in matches}
-    frontier = {mid for mid in heads.values() if mid} - set(known)
-    for _ in range(20):  # the same bound as `replaced_by`: chains are short
-        if not frontier:
-            break
-        fetched = store.retrieve(sorted(frontier), with_vectors=True)
-        known.update(fetched)
-        frontier = {nxt for m in fetched.values() if (nxt := m.superseded_by or m.merged_into)} - set(known)
+    finals = final_heirs(store, {m.memory_id: (m.user_id, m.superseded_by or m.merged_into) for m in older},
+                         with_vectors=True, known={mid: x[0] for mid, x in placed.items()})
     q = np.asarray(vector, np.float32)
     heir_of: dict[str, Scored] = {}
     for m in older:
-        target, seen = heads[m.memory_id], set[str]()
-        while target and target in known and target not in seen and known[target].user_id == m.user_id:
-            seen.add(target)
-            nxt = known[target].superseded_by or known[target].merged_into
-            if not nxt:
-                break
-            target = nxt
-        heir = known.get(target or "")
-        if heir is None or heir.status != "active" or heir.user_id != m.user_id:
+        heir = finals.get(m.memory_id)
+        if heir is None or heir.status != "active":
             continue
         if heir.memory_id in placed:
             found = placed[heir.memory_id]
