@@ -302,6 +302,8 @@ class Processor:
             candidate_k = candidate_k or k
         self.decide = decide
         self.candidate_k = candidate_k or 32
+        self._tombstones: set[str] = set()
+        """Hard deletes' holders `unsent` found: their events published, `mark_sent` deletes them."""
 
     # -- ingest -----------------------------------------------------------------------------
 
@@ -541,12 +543,11 @@ class Processor:
         the batch read again instead, it would store the deleted memory again)."""
         ids = list(dict.fromkeys(memory_ids))
         sent = {"outbox": [], "outbox_state": "sent"}
-        if held_by_tombstones := [m for m in self.store.scroll({"status": "deleted", "outbox_state": "unsent"})
-                                  if m.memory_id in set(ids) and m.pending.get(m.memory_id, {}).get(changes.DELETE)]:
-            # A hard delete's holder (`changes.apply`): its events are out, so it goes, as `changes.sent` does;
-            # cleared only, it stayed for good after a crash, keeping its id from its user and everyone else.
-            gone = [m.memory_id for m in held_by_tombstones]
+        if gone := [m for m in ids if m in self._tombstones]:
+            # A hard delete's holder that `unsent` found (`changes.apply`): its events are out, so it goes, as
+            # `changes.sent` does; cleared only, it stayed for good, keeping its id from its user and everyone.
             self.store.delete(gone)
+            self._tombstones.difference_update(gone)
             ids = [m for m in ids if m not in gone]
         try:
             self.store.update_many(ids, sent)
@@ -563,6 +564,8 @@ class Processor:
         for memory in sorted(unsent, key=lambda m: (m.created_at, m.memory_id)):
             result.status_events.extend(memory.outbox)
             result.outbox_owners.append(memory.memory_id)
+            if memory.pending.get(memory.memory_id, {}).get(changes.DELETE):
+                self._tombstones.add(memory.memory_id)  # `mark_sent` removes it once these are published
         return result
 
     def _vectors(self, events: list[MemoryAdded]) -> tuple[list[tuple[np.ndarray, Features]], float, int]:
