@@ -145,7 +145,7 @@ def _read_params(user_id: str, query: str | None, latest_only: bool, include_mer
         params["threshold"] = str(threshold)
     # as JSON, as the API reads a filter's value: False is `false`, None `null`, and the text "1" stays text
     params.update({f"metadata.{k}": json.dumps(v) for k, v in (metadata or {}).items()})
-    if query:
+    if query is not None:  # a search always sends its text: an empty one is the API's 400, not a listing
         params["q"] = query
     if latest_only:
         params["latest_only"] = "1"

@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 import click
@@ -117,30 +116,34 @@ def plan_items(plan: Any) -> dict[str, list[str]]:
 
 
 async def publish_events(events: list[dict[str, Any]], store_dir: str | None) -> str:
-    """The pass's `memory.status` events to Kafka; when no broker answers, to an outbox file beside
-    the store (never dropped), to be sent later (`kcat -P -t memory.status -l FILE`)."""
+    """The pass's `memory.status` events to Kafka, after any an earlier command kept; when no broker answers,
+    kept in the store's outbox file (never dropped), sent first by the next command or worker that reaches one."""
     from aiokafka import AIOKafkaProducer
 
-    if not events:
+    from dreamstream.streams.core import changes
+
+    outbox = changes.outbox_path(store_dir or settings.store_dir, server=bool(settings.qdrant_url))
+    kept = await asyncio.to_thread(changes.kept_events, outbox)
+    if not events and not kept:
         return ""
     quiet_kafka()
     producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, acks="all", request_timeout_ms=5000,
                                 **settings.kafka.aiokafka_kwargs())
     try:
         await asyncio.wait_for(producer.start(), timeout=10)
-        for ev in events:
+        for ev in [*kept, *events]:
             await producer.send_and_wait(settings.topics.memory_status, orjson.dumps(ev), key=ev["user_id"].encode())
-        return f"{len(events)} status events sent to {settings.topics.memory_status}"
     except Exception:  # no broker: keep them
-        outbox = Path(store_dir or settings.store_dir).parent / "status-outbox.jsonl"
-        outbox.parent.mkdir(parents=True, exist_ok=True)
-        with outbox.open("ab") as fh:
-            for ev in events:
-                fh.write(orjson.dumps(ev) + b"\n")
-        return f"no broker reachable: {len(events)} status events kept in {outbox}"
+        if events:
+            await asyncio.to_thread(changes.keep_events, outbox, events)
+        return f"no broker reachable: {len(kept) + len(events)} status events kept in {outbox}"
     finally:
         with contextlib.suppress(Exception):  # it may never have started
             await producer.stop()
+    if kept:
+        await asyncio.to_thread(changes.drop_kept, outbox)
+    earlier = f" ({len(kept)} kept from before)" if kept else ""
+    return f"{len(kept) + len(events)} status events sent to {settings.topics.memory_status}{earlier}"
 
 
 async def finish_interrupted(store: Any, store_dir: str | None) -> None:

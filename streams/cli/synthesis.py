@@ -49,9 +49,15 @@ def synthesis(action: str, project: str | None, boundary: str | None,
                     store_dir: str | None, as_json: bool) -> None:
     """Turn synthesis on or off for a project (off by default), or show the settings."""
     from dreamstream.streams.core import synthesis as runner
+    from dreamstream.streams.store.edge import lock_holder
 
     grouping = grouping_line()  # a misconfigured reader fails here, before anything is changed
     state = state_for(store_dir)
+    holder = None if settings.qdrant_url else lock_holder(store_dir or settings.store_dir)
+    if holder:  # its settings live in the worker's tables: this file would say "enabled" and change nothing
+        raise click.ClickException(
+            f"store {store_dir or settings.store_dir} is in use by {holder}: the worker keeps its own synthesis "
+            "settings; use `dream control synthesis.enable [project=P]` (or synthesis.disable, settings.show)")
     key = project or runner.DEFAULT_PROJECT
     if action == "enable":
         s = runner.enable(state, project, boundary)

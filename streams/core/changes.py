@@ -303,3 +303,51 @@ def compact(store: MemoryStore) -> bool:
     texts in its log and pages until then. A server compacts by its own optimizer: False there."""
     rewrite = getattr(store, "compact", None)
     return bool(rewrite()) if callable(rewrite) else False
+
+
+OUTBOX_FILE = "status-outbox.jsonl"
+
+
+def outbox_path(store_dir: str, server: bool) -> str:
+    """Where a command keeps the status events no broker took: inside an embedded store, so they go where the
+    store goes (a backup, a move) and an erase finds them; beside a server store's synthesis state else."""
+    if server:
+        return os.path.join(os.environ.get("DREAM_STATE_DIR", os.path.join("var", "state")), OUTBOX_FILE)
+    return os.path.join(store_dir, OUTBOX_FILE)
+
+
+def kept_events(path: str) -> list[dict[str, Any]]:
+    """The status events kept at `path` (`keep_events`), oldest first; a line a crash cut short is skipped."""
+    try:
+        with open(path, "rb") as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return []
+    events = []
+    for line in lines:
+        try:
+            event = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(event, dict):
+            events.append(event)
+    return events
+
+
+def keep_events(path: str, events: Sequence[dict[str, Any]]) -> None:
+    """Adds status events to the kept ones, durably: they are sent before anything newer once a broker answers."""
+    write_durably(path, b"".join(orjson.dumps(e) + b"\n" for e in [*kept_events(path), *events]))
+
+
+def drop_kept(path: str, user: str | None = None) -> int:
+    """Forgets the kept status events (sent), or only `user`'s (erased: their ids must not outlive them);
+    returns how many went."""
+    events = kept_events(path)
+    rest = [e for e in events if user is not None and e.get("user_id") != user]
+    if len(rest) == len(events):
+        return 0
+    if rest:
+        write_durably(path, b"".join(orjson.dumps(e) + b"\n" for e in rest))
+    else:
+        os.remove(path)
+    return len(events) - len(rest)

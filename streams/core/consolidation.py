@@ -676,6 +676,18 @@ def note_run(store_dir: str | None, summary: Mapping[str, Any]) -> None:
     path.write_text(json.dumps(runs, ensure_ascii=False, default=str), encoding="utf-8")
 
 
+def forget_runs(store_dir: str | None, user: str) -> bool:
+    """Drops an erased user's last runs from `dream stats` (their id must not outlive them); True if any went."""
+    runs = last_runs(store_dir)
+    mine = [kind for kind, run in runs.items() if isinstance(run, dict) and run.get("user") == user]
+    if not store_dir or not mine:
+        return False
+    for kind in mine:
+        del runs[kind]
+    runs_file(store_dir).write_text(json.dumps(runs, ensure_ascii=False, default=str), encoding="utf-8")
+    return True
+
+
 def last_runs(store_dir: str | None) -> dict[str, Any]:
     if not store_dir:
         return {}

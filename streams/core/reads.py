@@ -69,7 +69,8 @@ def read_query(params: Mapping[str, str]) -> ReadQuery:
         flags[name] = value is not None and value.lower() in _TRUE
     mode = mode_from_flags(flags["latest_only"], flags["include_merged"])
     text = params.get("q")
-    text = text if text and text.strip() else None
+    if text is not None and not text.strip():  # an unset variable in a URL: as `dream search ""`, an error
+        raise ValueError("q is empty: give the text to search for, or leave q out to list")
     raw = params.get("limit", "50" if text else str(MAX_LIMIT))
     if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_LIMIT:  # "²" is a digit to isdigit
         raise ValueError(f"limit must be a whole number from 1 to {MAX_LIMIT}, not {raw[:20]!r}")

@@ -151,11 +151,30 @@ _fired: dict[str, str] = {}
 """Firings this worker ran whose table update may not have been applied yet (never run one twice)."""
 
 
+def erased_schedules(entries: dict[str, Any], user: str, at: str) -> list[str]:
+    """The schedules an erasure of `user` at `at` ends: theirs, registered before it (one the user registers
+    again afterwards is a new request, theirs to keep)."""
+    return [sid for sid, e in entries.items() if e and e.get("user") == user and str(e.get("registered_at")) <= at]
+
+
+async def forget_schedules(users: list[str]) -> None:
+    """An erased user's schedules go with them (their id must not outlive them, nor a pass run for nobody):
+    through the updates topic, as the table changes only inside a stream event."""
+    for user in users:
+        await schedule_updates_topic.send(key=user.encode(), value=orjson.dumps({"erased_user": user, "at": now_iso()}))
+
+
 @app.agent(schedule_updates_topic, concurrency=1)
 async def schedule_updates(stream: faust.StreamT) -> None:
     async for event in stream.events():
         try:
             update = orjson.loads(event.value)
+            if "erased_user" in update:
+                for sid in erased_schedules(dict(schedules_table.items()), update["erased_user"], update["at"]):
+                    schedules_table[sid] = None  # a tombstone, as schedule.remove
+                    log.info("schedule %s removed: its user was erased", sid)
+                health.recovered("consolidation.schedules")
+                continue
             after = fired_update(schedules_table.get(update["schedule_id"]), update)
             if after is not None:
                 schedules_table[update["schedule_id"]] = after  # reassign: only a set reaches the changelog

@@ -23,7 +23,15 @@ from dreamstream.schemas.events import USER_ERASE, erase_signature, now_iso
 from dreamstream.streams import faults
 from dreamstream.streams.core import changes
 from dreamstream.streams.core import consolidation as runner
-from dreamstream.streams.core.ingest import ERASED, Incoming, Processor, erase_sent, erased_before, forget_reprocess
+from dreamstream.streams.core.ingest import (
+    ERASED,
+    BatchResult,
+    Incoming,
+    Processor,
+    erase_sent,
+    erased_before,
+    forget_reprocess,
+)
 from dreamstream.streams.worker import health, metrics
 from dreamstream.streams.worker.app import (
     _runtime,
@@ -36,6 +44,7 @@ from dreamstream.streams.worker.app import (
     publish,
     settings,
 )
+from dreamstream.streams.worker.consolidation import forget_schedules
 from dreamstream.streams.worker.offsets import InputOffsets, Verdict
 from dreamstream.streams.worker.tables import settings_table
 
@@ -193,6 +202,7 @@ async def ingest(stream: faust.StreamT) -> None:
             result = await on_store_thread(proc.process, items)
             if result.erased:
                 await on_store_thread(forget_files, result.erased)
+                await forget_schedules(result.erased)
         except Exception as exc:
             failures += 1
             await read_again(exc, failures, batch, ledger)
@@ -226,11 +236,15 @@ async def ingest(stream: faust.StreamT) -> None:
 
 
 def forget_files(users: list[str]) -> None:
-    """What else holds an erased user's texts on this worker: pending consolidation plans, and an unfinished
-    reprocess's backup file from an earlier version (its copies in the store go with the erase itself)."""
+    """What else holds an erased user's texts or ids on this worker: pending consolidation plans, an unfinished
+    reprocess's backup file from an earlier version (its copies in the store go with the erase itself), and
+    the status events an offline command kept for a broker."""
+    outbox = changes.outbox_path(settings.store_dir, server=bool(settings.qdrant_url))
     for user in users:
         runner.forget_plans(settings.data_dir, user)
         forget_reprocess(os.path.join(settings.data_dir, "reprocess"), user)
+        changes.drop_kept(outbox, user)  # a CLI's events no broker took: the user's ids go with the user
+        runner.forget_runs(settings.store_dir, user)
 
 
 async def request_erase(user: str, request: str | None, issued_by: str) -> dict[str, Any]:
@@ -298,6 +312,16 @@ async def send_unsent(proc: Processor) -> None:
             return
         await on_store_thread(proc.mark_sent, unsent.outbox_owners)
         log.info("sent %d status events a crash had left unpublished", len(unsent.status_events))
+    outbox = changes.outbox_path(settings.store_dir, server=bool(settings.qdrant_url))
+    kept = await on_store_thread(changes.kept_events, outbox)
+    if kept:  # an offline command's, kept while no broker answered (cli/consolidate.py `publish_events`)
+        try:
+            await publish(BatchResult(status_events=kept))
+        except Exception as exc:
+            log.warning("could not send the %d status events kept in %s: %s", len(kept), outbox, exc)
+            return
+        await on_store_thread(changes.drop_kept, outbox)
+        log.info("sent %d status events an offline command had kept in %s", len(kept), outbox)
 
 
 async def read_again(exc: BaseException, failures: int, batch: Any, ledger: InputOffsets[Any],

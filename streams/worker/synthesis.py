@@ -30,7 +30,7 @@ import faust
 import orjson
 
 from dreamstream.agents import synthesis as syn
-from dreamstream.schemas.events import InvalidEvent, now_iso, parse_memory_event
+from dreamstream.schemas.events import USER_ERASE, InvalidEvent, now_iso, parse_memory_event, signed_by
 from dreamstream.streams.core import synthesis as runner
 from dreamstream.streams.core.judges import pattern_writer_from_settings, theme_reader_from_settings
 from dreamstream.streams.worker import health, metrics
@@ -93,12 +93,27 @@ def read_again(state: dict[str, Any], partition: int, offset: int) -> bool:
     return state.get("partition") == partition and offset <= state.get("offset", -1)
 
 
+def forget_user(erase: dict[str, Any]) -> None:
+    """An erased user's synthesis state goes with them (their id, the ids of their evidence), read at the same
+    place in their partition as ingest reads the erasure; an unsigned one ingest refuses changes nothing."""
+    if settings.erase_key is not None and not signed_by(settings.erase_key, erase):
+        return
+    user = erase["user_id"]
+    _inflight.pop(user, None)
+    if users_table.get(user) is not None:
+        del users_table[user]
+        log.info("synthesis state of an erased user dropped")
+
+
 @app.agent(bookkeeping_channel, concurrency=1)
 async def synthesis_bookkeeping(stream: faust.StreamT) -> None:
     """Counts, per user, the facts and the eligible memories that `memory.added` brings."""
     async for event in stream.events():
         try:
             body = _user_record(event.value)
+            if body is not None and body.get("type") == USER_ERASE:
+                forget_user(body)
+                continue
             if body is None or body.get("type") != "memory.added":
                 continue  # the ingest agent dead-letters what is malformed
             try:

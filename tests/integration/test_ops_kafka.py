@@ -21,6 +21,8 @@ import orjson
 import pytest
 
 from dreamstream.schemas.control import command
+from dreamstream.schemas.events import status_event
+from dreamstream.streams.core import changes
 from dreamstream.streams.dev.localrun import WorkerProcess, consume_all, produce
 from tests.helpers import chat_server
 from tests.unit.test_synthesis_runner import events as synth_events
@@ -122,9 +124,32 @@ def test_pause_resume_erase(worker: WorkerProcess) -> None:
                                  text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert unconfirmed.returncode == 1 and "add --yes to confirm" in unconfirmed.stderr
     assert worker.stats()["memories"] == 3  # nothing sent
+    # What else names px goes with the erasure (an audit found them all kept): a schedule, the status events
+    # an offline command kept for a broker, a line of `dream stats`, the synthesis bookkeeping.
+    for who in ("px", "py"):
+        assert dream_control(worker, "consolidate.schedule", f"user={who}", "schedule=weekly")[0] == 0
+    outbox = worker.store_dir / "status-outbox.jsonl"
+    kept = [status_event(f"d-{who}", f"m-{who}", who, "active", "merged", None, "consolidate", {})
+            for who in ("px", "py")]
+    changes.keep_events(str(outbox), kept)
+    runs = worker.store_dir.parent / "store.consolidation-runs.json"
+    runs.write_text(json.dumps({"pass": {"type": "pass", "user": "px"}, "light": {"type": "light", "user": "py"}}))
     rc, erased = dream_control(worker, "erase", "user=px", "--yes")
     assert rc == 0 and erased["details"]["deleted"] == 3 and erased["details"]["erased"] is True
     assert worker.read("user=px&include_merged=1")["memories"] == []
+    assert [e["user_id"] for e in changes.kept_events(str(outbox))] == ["py"]
+    assert list(json.loads(runs.read_text())) == ["light"]
+    deadline = time.monotonic() + 30
+    while {e["user"] for e in dream_control(worker, "schedule.list")[1]["details"]["schedules"]} != {"py"}:
+        assert time.monotonic() < deadline, "the erased user's schedule stayed"
+        time.sleep(1)
+    assert "synthesis state of an erased user dropped" in worker.log.read_text()
+    # A restart sends what the offline command kept (py's), and forgets it.
+    worker.stop()
+    worker.start()
+    sent = asyncio.run(consume_all(worker.kafka, worker.topics["status"], 1, 30,
+                                   keep=lambda r: orjson.loads(r.value).get("decision_id", "").startswith("d-p")))
+    assert [e["decision_id"] for e in sent] == ["d-py"] and not outbox.exists()
     audit = asyncio.run(consume_all(worker.kafka, worker.topics["status"], 1, 20,
                                     keep=lambda r: orjson.loads(r.value).get("action") == "erase"))
     assert audit and audit[0]["evidence"]["deleted"] == 3 and "text" not in orjson.dumps(audit[0]).decode()

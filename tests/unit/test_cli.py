@@ -243,6 +243,26 @@ def test_synthesis_says_who_groups_and_what_that_is_worth(tmp_path: Path) -> Non
     assert dream("synthesis", "status", "--store", store).stdout.startswith("_default: enabled")
 
 
+def test_synthesis_settings_beside_a_worker_are_refused_not_written_where_it_never_reads(tmp_path: Path) -> None:
+    """An audit: `synthesis enable --store` on the folder a worker held printed "enabled" and wrote a file the
+    worker never reads (its settings are in its tables): the user waited for patterns that never came."""
+    from dreamstream.streams.store.edge import EdgeStore
+
+    store_dir = tmp_path / "s"
+    EdgeStore(store_dir).close()
+    held = EdgeStore(store_dir, owner="worker pid 4242 (read it over HTTP at http://127.0.0.1:1)")
+    try:
+        for action in ("enable", "disable", "status"):
+            out = dream("synthesis", action, "--store", str(store_dir))
+            assert out.returncode == 1 and len(out.stderr.strip().splitlines()) == 1, (action, out.stderr)
+            assert "in use by worker pid 4242" in out.stderr and "dream control synthesis.enable" in out.stderr
+        assert not list(store_dir.glob("synthesis*"))
+    finally:
+        held.close()
+    assert dream("synthesis", "enable", "--store", str(store_dir)).returncode == 0  # free again: written
+    assert list(store_dir.glob("synthesis*"))
+
+
 def test_replay_export_and_reads_refuse_what_would_lose_or_leak(tmp_path: Path) -> None:
     """A dead-letter path that cannot be written stops a replay before anything is stored; an empty --user is
     a usage error (an unset variable must not export everyone); a folder that is no store is no store; a

@@ -36,6 +36,15 @@ def test_threshold_needs_a_search_and_a_number_from_0_to_1() -> None:
             reads.read_query(bad)
 
 
+def test_an_empty_search_text_is_an_error_as_in_the_cli() -> None:
+    """An audit: `q=` (an unset variable in a URL) answered a plain listing over HTTP, while `dream search ""`
+    is an error: the caller asked for a search and got every memory, ranked by nothing it asked."""
+    for blank in ("", "  ", "\t"):
+        with pytest.raises(ValueError, match="^q is empty"):
+            reads.read_query({"user": "u", "q": blank})
+    assert reads.read_query({"user": "u"}).text is None
+
+
 def test_threshold_and_metadata_filters_narrow_a_read(edge_store: Any, embedder: Any) -> None:
     rows = [event(1, "u1", "Keeps bees on the roof.", metadata={"type": "user_fact", "topic": "garden"}),
             event(2, "u1", "Grows tomatoes in pots.", metadata={"type": "user_fact", "topic": "garden"}),
