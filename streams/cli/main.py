@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import sys
 from importlib.metadata import version
 from pathlib import Path
@@ -19,6 +20,7 @@ import orjson
 
 from dreamstream.schemas.errors import DreamError
 from dreamstream.streams.cli.common import (
+    STORE_MARKER,
     api_client,
     api_errors,
     mode_options,
@@ -104,8 +106,11 @@ def replay(file: Path, store_dir: str | None, dead_path: Path | None,
     lines = sum(1 for line in file.open("rb") if line.strip())
     if not lines:
         raise click.ClickException(f"{file} has no lines: nothing to replay (no store made)")
+    folder = Path(store_dir or settings.store_dir)
+    made = not settings.qdrant_url and not (folder / STORE_MARKER).exists()
+    existed = folder.is_dir()  # an empty folder given for it stays, emptied again
     store = open_configured_store(store_dir, create=True)
-    summary: ReplaySummary
+    summary: ReplaySummary | None = None
     try:
         asyncio.run(finish_interrupted(store, store_dir))  # a pass or undo a crash left half-applied first
         with progress_bar(lines, "Replaying events") as bar:
@@ -117,7 +122,15 @@ def replay(file: Path, store_dir: str | None, dead_path: Path | None,
             else:
                 summary = replay_file(file, store, dead_path=dead_path, batch_size=batch_size, progress=bar.update)
     finally:
+        empty = made and store.count() == 0
         store.close()
+        if empty and (summary is None or summary.lines == summary.dead):  # failed: leave no empty store behind
+            for entry in folder.iterdir() if existed else [folder]:
+                if entry.is_dir():
+                    shutil.rmtree(entry)
+                else:
+                    entry.unlink()
+    assert summary is not None  # the try above returned one, or raised
     click.echo(summary.describe())
     if summary.lines and summary.dead == summary.lines:
         raise click.ClickException(f"none of the {summary.lines} lines of {file} is a memory event (all are in "

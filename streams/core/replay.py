@@ -118,6 +118,8 @@ def replay_file(
     summary.dead = len(total.dead_letters)
     if total.dead_letters:
         dead_path.write_bytes(b"".join(orjson.dumps(dl) + b"\n" for dl in total.dead_letters))
+    else:  # the file says what this run refused: an earlier run's bad lines would read as this one's
+        dead_path.unlink(missing_ok=True)
     return summary
 
 

@@ -47,6 +47,17 @@ def test_a_file_without_a_single_event_fails_the_replay(tmp_path: Path) -> None:
     out = dream("replay", str(csv), "--store", str(tmp_path / "store"))
     assert out.returncode == 1
     assert "Error: none of the 3 lines of" in out.stderr and "is a memory event" in out.stderr
+    assert not (tmp_path / "store").exists()  # an audit: the failed replay left an empty store folder
+    (tmp_path / "given").mkdir()
+    assert dream("replay", str(csv), "--store", str(tmp_path / "given")).returncode == 1
+    assert (tmp_path / "given").is_dir() and not any((tmp_path / "given").iterdir())  # the user's folder stays
+    # Fixed, the file replays cleanly: the dead letters of the failed run no longer read as this run's.
+    csv.write_text('{"type": "memory.added", "event_id": "e-1", "memory_id": "m-1", "user_id": "u", '
+                   '"text": "Likes tea.", "created_at": "2026-01-01T00:00:00Z"}\n')
+    assert (tmp_path / "memories.csv.deadletter.jsonl").exists()
+    clean = dream("replay", str(csv), "--store", str(tmp_path / "store"))
+    assert clean.returncode == 0 and "stored 1" in clean.stdout
+    assert not (tmp_path / "memories.csv.deadletter.jsonl").exists()
 
 
 def test_a_replay_runs_the_cycle_collector_rarely(tmp_path: Path) -> None:
