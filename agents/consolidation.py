@@ -167,6 +167,17 @@ def fingerprint(memory: Memory) -> str:
     return f"{memory.status}|{memory.updated_at}|{digest}"
 
 
+def restated_at(memories: Iterable[Memory]) -> dict[str, str]:
+    """Per canonical, the latest `created_at` of the memories merged into it (for `analyse`'s `restated`)."""
+    latest: dict[str, str] = {}
+    for m in memories:
+        if m.status == "merged" and m.merged_into:
+            seen = latest.get(m.merged_into)
+            if seen is None or parse_time(m.created_at) > parse_time(seen):
+                latest[m.merged_into] = m.created_at
+    return latest
+
+
 def age_days(memory: Memory, now: datetime) -> int:
     return max(0, (now - parse_time(memory.created_at)).days)
 
@@ -362,11 +373,14 @@ def analyse(
     now: datetime,
     retention: Mapping[str, int | None],
     judge: Judge | None = None,
+    restated: Mapping[str, str] | None = None,
 ) -> Plan:
     """Merge proposals, contradictions and prune candidates of one scope, per metadata.type.
 
     Pinned memories are never proposed for anything. Each memory takes part in one proposal at most
-    (merges first, then conflicts), so applying the plan never acts twice on one memory.
+    (merges first, then conflicts), so applying the plan never acts twice on one memory. `restated`: per
+    memory, when a restatement merged into it was said last (`restated_at`): a fact said again is as old
+    as its last saying, so retention never hides a recent restatement behind its old canonical.
     """
     judge = _asked_once(judge or offline_judge())
     pool = [m for m in memories if _eligible(m)]
@@ -408,7 +422,8 @@ def analyse(
     for m in sorted(pool, key=lambda m: (m.created_at, m.memory_id)):
         if m.memory_id in used:
             continue
-        age = age_days(m, now)
+        said = max(m.created_at, (restated or {}).get(m.memory_id, m.created_at), key=parse_time)
+        age = max(0, (now - parse_time(said)).days)
         policy = next((why for rule in PRUNE_RULES if (why := rule(m, age, retention))), None)
         if policy is not None:
             plan.prunes.append(Prune(memory=m, age_days=age, policy=policy))

@@ -624,6 +624,22 @@ def decide_with(judge: Judge, new: Memory, candidates: Sequence[Memory]) -> list
     return out
 
 
+def restates_replaced(new: Memory, replaced: Sequence[tuple[Memory, Memory]]) -> Decision | None:
+    """A late event saying word for word a fact that a newer one replaced, dated before that newer one (a
+    backfill, a producer's retry): merged into the replaced fact, as it would have been had it arrived in
+    time, so it is history and not a second current fact ("lives in Lisbon" beside "moved to Madrid").
+    `replaced`: (the replaced fact with the same normalised text, what replaced it). Dated after the
+    replacement, it is the fact said again (moved back): None, judged as usual. A rule, not the model's:
+    the model reads two texts, not when each was said."""
+    said = parse_time(new.created_at)
+    for old, newer in replaced:
+        if old.user_id == new.user_id == newer.user_id and old.status == "superseded" \
+                and old.superseded_by == newer.memory_id and parse_time(newer.created_at) > said:
+            return Decision("merge_new", new.memory_id, new.user_id, (old.memory_id,), judge="rules",
+                            rule="restates_replaced", detail={"replaced_by": newer.memory_id})
+    return None
+
+
 _DEFAULT = OfflineJudge()
 
 

@@ -75,13 +75,15 @@ def interactive(report: str, items: dict[str, list[str]], each: bool) -> tuple[d
     answers: dict[str, str] = {}
     seen = {"merge": 0, "conflict": 0, "prune": 0}
     go = False
+    held = False  # the merge being shown needs a person: asked, Enter leaves it (the final yes never merges it)
 
     def take(kind: str, answer: str) -> None:
-        answers[items[kind][seen[kind]]] = answer
-        seen[kind] += 1
+        """The answer for the item of `kind` shown last (every item shown is counted, asked or not)."""
+        answers[items[kind][seen[kind] - 1]] = answer
 
     for line in report.split("\n"):
         if line.strip() == "Which is current? [A/B/skip]":
+            seen["conflict"] += 1
             answer = _ask(line)
             while answer is not None and answer.strip().lower() not in ("a", "b", "", "s", "skip"):
                 answer = _ask("Please answer A, B or skip (Enter skips). Which is current? [A/B/skip]")
@@ -90,21 +92,29 @@ def interactive(report: str, items: dict[str, list[str]], each: bool) -> tuple[d
             go = _confirm(line)
         else:
             click.echo(line)
+            held = held or line.startswith("  Held:")
             kind = "merge" if line.startswith("  - Merged:") else "prune" if line.startswith("PRUNE [") else None
-            if each and kind:
+            if kind:
+                seen[kind] += 1
+            if kind == "merge" and held:
+                take(kind, "apply" if _confirm("  Merge these? [y/N]", default=False) else "skip")
+                held = False
+            elif each and kind:
                 take(kind, "apply" if _confirm(f"  {'Merge these' if kind == 'merge' else 'Prune it'}? [Y/n]")
                      else "skip")
     return answers, go
 
 
-def _confirm(prompt: str) -> bool:
-    """A Y/n answer, asked again until it is one; the end of input is not a yes."""
+def _confirm(prompt: str, default: bool = True) -> bool:
+    """A y/n answer, asked again until it is one (Enter is `default`); the end of input is not a yes."""
     from dreamstream.agents import consolidation as cons
 
     answer = _ask(prompt)
     while answer is not None and cons.parse_confirm(answer) is None:
-        answer = _ask(f"Please answer y or n (Enter is yes). {prompt.strip()}")
-    return answer is not None and bool(cons.parse_confirm(answer))
+        answer = _ask(f"Please answer y or n (Enter is {'yes' if default else 'no'}). {prompt.strip()}")
+    if answer is None:
+        return False
+    return bool(cons.parse_confirm(answer)) if answer.strip() else default
 
 
 def plan_items(plan: Any) -> dict[str, list[str]]:

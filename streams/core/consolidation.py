@@ -86,7 +86,7 @@ def make_plan(store: MemoryStore, user_id: str, app_id: str | None, retention: M
     live = [m for m in memories if m.status in ("active", "superseded")]
     plan = cons.analyse(live, project=project_of(user_id, app_id), user_id=user_id, app_id=app_id,
                         judge=cons.pairwise(judge_from_settings(load())),
-                        now=now or cons.now_utc(), retention=retention)
+                        now=now or cons.now_utc(), retention=retention, restated=cons.restated_at(memories))
     return plan, len(live)
 
 

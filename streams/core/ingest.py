@@ -193,6 +193,8 @@ def _scope(memory: Memory) -> dict[str, Any]:
 class _Prefetched:
     limit: int
     exact: dict[str, list[Memory]] = field(default_factory=dict)
+    replaced: dict[str, list[Memory]] = field(default_factory=dict)
+    """Exact normalised-text matches that a newer fact superseded (`Processor.restates_replaced`)."""
     near: dict[str, list[tuple[Memory, float]]] = field(default_factory=dict)
 
 
@@ -593,9 +595,9 @@ class Processor:
         if not facts:
             return
         keys = {text_key(m.user_id, m.text) for m in facts}
-        scope = {"user_id": sorted({m.user_id for m in facts}), "status": "active", "kind": "fact"}
+        scope = {"user_id": sorted({m.user_id for m in facts}), "status": ["active", "superseded"], "kind": "fact"}
         for m in self.store.scroll({**scope, "text_key": sorted(keys)}, with_vectors=True):
-            pre.exact.setdefault(text_key(m.user_id, m.text), []).append(m)
+            (pre.exact if m.status == "active" else pre.replaced).setdefault(text_key(m.user_id, m.text), []).append(m)
         wheres = [{"user_id": m.user_id, "status": "active", "kind": "fact"} for m in facts]
         vectors = [np.asarray(m.vector, np.float32) for m in facts]  # every new fact has its vector by now
         hits = self.store.nearest_many(vectors, wheres, pre.limit, with_vectors=True)
@@ -660,6 +662,10 @@ class Processor:
             result.embedded += 1
         decisions = self.decide(memory, candidates) if candidates else []
         by_id = {c.memory_id: c for c in candidates}
+        if not any(d.action in ("merge_new", "merge_old", "supersede") for d in decisions):
+            restated = self.restates_replaced(memory, batch)
+            if restated is not None:  # an old fact arriving late: history, never current beside its replacement
+                decisions, by_id = [restated[0]], {restated[1].memory_id: restated[1]}
         copies = dict(by_id)  # apply_decision drops superseded ones from by_id
         first_event = len(result.status_events)
         pending: dict[str, dict[str, Any]] = {}
@@ -675,6 +681,23 @@ class Processor:
         lag = _lag_seconds(memory.created_at)
         if lag is not None:
             result.lags.append(lag)
+
+    def restates_replaced(self, memory: Memory, batch: _Batch) -> tuple[Decision, Memory] | None:
+        """`merge_supersede.restates_replaced` over the user's replaced facts with this text, as the batch sees
+        them (one its earlier events replaced counts too); the decision and its target's copy."""
+        key = text_key(memory.user_id, memory.text)
+        pairs = []
+        for stored in [*batch.pre.replaced.get(key, []), *batch.pre.exact.get(key, [])]:
+            old = batch.changed.get(stored.memory_id, stored)
+            if old.status == "superseded" and old.superseded_by:
+                newer = batch.changed.get(old.superseded_by) or self.store.retrieve([old.superseded_by]).get(
+                    old.superseded_by)
+                if newer is not None:
+                    pairs.append((old, newer))
+        decision = merge_supersede.restates_replaced(memory, pairs)
+        if decision is None:
+            return None
+        return decision, copy.copy(next(old for old, _ in pairs if old.memory_id == decision.targets[0]))
 
     def _apply_update(self, memory: Memory, replaced: str, candidates: list[Memory], batch: _Batch,
                       result: BatchResult) -> bool:

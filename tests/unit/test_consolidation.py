@@ -113,6 +113,24 @@ def test_pinned_memories_are_never_proposed(embedder: Any) -> None:
     assert "pin-1" not in touched and "sess-1" in touched
 
 
+def test_a_fact_said_again_recently_is_not_pruned_as_old(edge_store: Any, embedder: Any) -> None:
+    """An audit: "Fay's dog is called Rex." said in January and again in November (merged into the January
+    one) was pruned as 334 days old, and the November saying stayed hidden behind the expired canonical: a
+    month-old fact gone from every read. A fact is as old as its last saying."""
+    rows = [("dog-1", "Fay's dog is called Rex.", "2026-01-05T10:00:00Z", {"type": "session_state"}),
+            ("dog-2", "Fay's dog is called Rex.", "2026-11-05T10:00:00Z", {"type": "session_state"}),
+            ("old-1", "Was halfway through the login refactor.", "2026-01-01T10:00:00Z", {"type": "session_state"})]
+    canonical, said_again, old = memories(embedder, rows)
+    canonical.merged_from = ["dog-2"]
+    said_again.status, said_again.merged_into = "merged", "dog-1"
+    edge_store.upsert([canonical, said_again, old])
+    plan, _ = runner.make_plan(edge_store, "u1", "proj", cons.DEFAULT_RETENTION, now=NOW)
+    assert [(p.memory.memory_id, p.age_days) for p in plan.prunes] == [("old-1", 334)]
+    later = datetime(2027, 3, 1, tzinfo=UTC)  # past retention from its last saying too: pruned, at that age
+    plan, _ = runner.make_plan(edge_store, "u1", "proj", cons.DEFAULT_RETENTION, now=later)
+    assert sorted((p.memory.memory_id, p.age_days) for p in plan.prunes) == [("dog-1", 115), ("old-1", 423)]
+
+
 def test_project_specific_low_confidence_memory_is_kept(embedder: Any) -> None:
     pruned = {p.memory.memory_id for p in plan_of(memories(embedder)).prunes}
     assert "vague-1" in pruned and "path-1" not in pruned
@@ -240,6 +258,37 @@ def _pty_run(args: list[str], answers: list[str], timeout: float = 180) -> str:
         p.wait(timeout=30)
         os.close(main)
     return screen.decode(errors="replace").replace("\r\n", "\n")
+
+
+def test_a_held_merge_is_asked_on_its_own_and_enter_leaves_it(tmp_path: Path) -> None:
+    """An audit: Enter at the final "Apply? [Y/n]" merged the pairs the report marks Held ("prefers tea" and
+    "prefers coffee") into one current memory saying both. A held merge is now asked on its own, Enter leaves
+    it, and the final yes applies only what nobody had to decide."""
+    rows = [("c-1", "Carla prefers tea.", "2026-01-03"), ("c-2", "Carla prefers coffee.", "2026-01-04"),
+            ("c-3", "Carla eats meat.", "2026-01-06"), ("c-4", "Carla does not eat meat.", "2026-02-06")]
+    events = tmp_path / "carla.jsonl"
+    events.write_text("".join(json.dumps({"type": "memory.added", "event_id": f"e-{i}", "memory_id": i,
+                                          "user_id": "carla", "text": t, "created_at": f"{d}T10:00:00Z"}) + "\n"
+                              for i, t, d in rows))
+    store = tmp_path / "store"
+    assert _dream("replay", str(events), store=store).returncode == 0
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "DREAM_RETENTION_FILE": "", "KAFKA_BOOTSTRAP": "127.0.0.1:1"}
+
+    def run(answers: str) -> str:
+        done = subprocess.run([DREAM, "consolidate", "--user", "carla", "--store", str(store)], input=answers,
+                              env=env, capture_output=True, text=True, timeout=180)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    first = run("\n\n\n")  # Enter at each held merge, then at Apply
+    assert first.count("Merge these? [y/N]") == 2
+    texts = [r["text"] for r in map(json.loads, _dream("get", "--user", "carla", "--json", store=store)
+                                    .stdout.splitlines())]
+    assert sorted(texts) == sorted(t for _, t, _ in rows)  # nothing merged, nothing lost
+    run("n\ny\n\n")  # a person who says yes to one gets that one merged: their call
+    texts = [r["text"] for r in map(json.loads, _dream("get", "--user", "carla", "--json", "--latest-only",
+                                                       store=store).stdout.splitlines())]
+    assert len(texts) == 3 and sum("meat" in t for t in texts) == 1
 
 
 def test_interactive_answers_through_a_terminal(tmp_path: Path, embedder: Any) -> None:

@@ -39,6 +39,25 @@ def test_move_supersedes_and_both_stay_readable(proc: Processor) -> None:
     assert status["evidence"]["judge"] and status["evidence"]["rule"]
 
 
+def test_an_old_fact_arriving_late_is_history_not_current_beside_its_replacement(proc: Processor) -> None:
+    """An audit: a backfilled "Dan lives in Lisbon." dated January, sent after "moved to Madrid" (March)
+    superseded the first, was stored as a second current fact: reads and a search at limit 1 answered Lisbon.
+    It is now merged into the replaced fact, as an in-order arrival would have been; the same words dated
+    after Madrid are a move back, judged as usual."""
+    feed(proc, event(1, "dan", "Dan lives in Lisbon.", day=1),
+         event(2, "dan", "Dan moved to Madrid last month.", day=20))
+    late = feed(proc, event(3, "dan", "Dan lives in Lisbon.", day=2))
+    assert statuses(proc) == {"m-dan-1": "superseded", "m-dan-2": "active", "m-dan-3": "merged"}
+    merged = proc.store.retrieve(["m-dan-3"])["m-dan-3"]
+    assert merged.merged_into == "m-dan-1" and "m-dan-3" in proc.store.retrieve(["m-dan-1"])["m-dan-1"].merged_from
+    (status,) = late.status_events
+    assert status["evidence"]["rule"] == "restates_replaced" and status["evidence"]["replaced_by"] == "m-dan-2"
+    assert [r["memory_id"] for r in reads.get(proc.store, "dan", "latest_only")] == ["m-dan-2"]
+    feed(proc, event(4, "dan", "Dan lives in Lisbon.", day=28))  # said after Madrid: current again
+    assert statuses(proc)["m-dan-4"] == "active"
+    assert "m-dan-4" in [r["memory_id"] for r in reads.get(proc.store, "dan", "latest_only")]
+
+
 def test_restatement_is_merged_and_hidden_by_default(proc: Processor) -> None:
     feed(proc, event(1, "u1", "Use PostgreSQL for auth.", day=1), event(2, "u1", "Auth DB is PostgreSQL.", day=2))
     assert sorted(statuses(proc).values()) == ["active", "merged"]
