@@ -172,6 +172,16 @@ async def finish_interrupted(store: Any, store_dir: str | None) -> None:
         changes.sent(store, events)
 
 
+def schedule_line(entry: dict[str, Any]) -> str:
+    """One schedule for `dream schedule list`: its last run's line, or its message when the run had nothing to
+    do ("No memories found": a mistyped user looked like a schedule not yet due, "never ran")."""
+    run = entry.get("last_run") or {}
+    firings = int(entry.get("firings") or 0)
+    last = run.get("line") or run.get("message") or (f"not run yet ({firings} firings)" if firings else "never ran")
+    return (f"{entry['schedule_id']}  user={entry['user']}  app={entry.get('app') or '-'}  {entry['schedule']}"
+            f"  ({entry['cron']})  last: {last}")
+
+
 @click.command()
 @click.option("--user", "user", default=None, help="Whose memories (required for a pass).")
 @click.option("--app", "app_id", default=None, help="Only this app's (project's) memories.")
@@ -436,9 +446,7 @@ async def schedule(action: str, schedule_id: str | None, as_json: bool) -> None:
         if not rows:
             click.echo("(no schedules)")
         for e in rows:
-            last = (e.get("last_run") or {}).get("line") or "never ran"
-            click.echo(f"{e['schedule_id']}  user={e['user']}  app={e.get('app') or '-'}  {e['schedule']}"
-                       f"  ({e['cron']})  last: {last}")
+            click.echo(schedule_line(e))
         return
     if not schedule_id:
         raise click.UsageError("schedule remove needs a SCHEDULE_ID (see dream schedule list)")

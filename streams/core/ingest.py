@@ -463,6 +463,12 @@ class Processor:
             stored = existing.get(event.memory_id)
             batch_first = seen_memories.get(event.memory_id)
             if event.kind == "pattern":
+                if stored is not None and stored.kind == "pattern" and stored.status == "deleted" \
+                        and stored.user_id == event.user_id:
+                    # The person deleted it: its record read again (a redelivery, an offset reset) or a run that
+                    # began before the delete must not bring it back (synthesis never writes a declined theme).
+                    result.outcomes["pattern_declined"] += 1
+                    continue
                 problem = self._pattern_problem(event, stored)
                 if problem is None and batch_first is not None and (
                         batch_first.kind != "pattern" or batch_first.user_id != event.user_id):

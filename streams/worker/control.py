@@ -265,6 +265,15 @@ async def user_of(cmd: Command) -> str:
     return str(cmd.args["user"])
 
 
+def key_id(key: bytes | None) -> str | None:
+    """A record key read as a command id (printable text of an id's length), else None."""
+    try:
+        text = key.decode() if key else ""
+    except UnicodeDecodeError:
+        return None
+    return text if 0 < len(text) <= 200 and text.isprintable() else None
+
+
 async def parsed(event: Any, users_only: bool = False) -> Command | None:
     """The event's command, checked (its token included); None for a bad one, answered `rejected` with a
     dead letter. `users_only`: a USER_SCOPED command only (what `dream.control.users` may carry)."""
@@ -273,8 +282,10 @@ async def parsed(event: Any, users_only: bool = False) -> Command | None:
         if users_only and cmd.command not in USER_SCOPED:
             raise InvalidCommand("bad_field", f"{cmd.command} is not a user's command", cmd.id)
     except InvalidCommand as exc:
-        await send_reply(exc.command_id, reply(exc.command_id, None, "rejected",
-                                               {"reason": exc.reason, "error": exc.message}))
+        # A body too big or unreadable to name its id: the record's key does (`dream control` keys by id), so
+        # the sender still gets its one reply instead of a timeout that blames the worker.
+        cid = exc.command_id or key_id(event.key)
+        await send_reply(cid, reply(cid, None, "rejected", {"reason": exc.reason, "error": exc.message}))
         await send_dead_letter(event, exc.reason, exc.message)
         return None
     return cmd

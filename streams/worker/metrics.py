@@ -72,7 +72,8 @@ CONTROL = Counter("dreamstream_control_commands_total", "Commands on the control
                   ["command", "outcome"])
 
 EVENT_OUTCOMES = {"stored": (MEMORY_ADDED, "stored"), "pattern_stored": (PATTERN_ADDED, "stored"),
-                  "redelivered": (MEMORY_ADDED, "redelivered"), "removed_for_good": (MEMORY_ADDED, "removed_for_good")}
+                  "redelivered": (MEMORY_ADDED, "redelivered"), "removed_for_good": (MEMORY_ADDED, "removed_for_good"),
+                  "pattern_declined": (PATTERN_ADDED, "removed_for_good")}
 SYNTH_RESULTS = ("ran", "disabled", "too_few_memories", "not_due", "unchanged")
 PATTERN_CHANGES = ("written", "updated", "unchanged", "retired")
 CONTROL_OUTCOMES = ("ok", "error", "rejected")

@@ -83,8 +83,14 @@ def test_control_commands_replies_and_settings_survive_restart(worker: WorkerPro
     (bad2,) = replies(worker, "bad-2")
     assert (bad1["outcome"], bad1["details"]["reason"]) == ("rejected", "unknown_command")
     assert (bad2["outcome"], bad2["details"]["reason"]) == ("rejected", "missing_field")
-    dead = asyncio.run(consume_all(worker.kafka, worker.topics["dead"], 3, 20))
-    assert sorted(d["reason"] for d in dead) == ["id_reused", "missing_field", "unknown_command"]
+    # A body that cannot name its id (cut short, or too big to read): the key does, so the sender gets its
+    # reply (an audit: `dream control` with a 70 KB argument timed out and blamed the worker).
+    asyncio.run(produce(worker.kafka, worker.topics["control"], [b'{"type": "dream.control", "id": "ba'],
+                        keys=[b"bad-3"]))
+    (bad3,) = replies(worker, "bad-3")
+    assert (bad3["id"], bad3["outcome"], bad3["details"]["reason"]) == ("bad-3", "rejected", "invalid_json")
+    dead = asyncio.run(consume_all(worker.kafka, worker.topics["dead"], 4, 20))
+    assert sorted(d["reason"] for d in dead) == ["id_reused", "invalid_json", "missing_field", "unknown_command"]
 
     rc, failed = dream_control(worker, "undo", "decision_id=no-such-decision")
     assert rc == 1 and failed["outcome"] == "error" and "no-such-decision" in failed["details"]["error"]

@@ -274,6 +274,19 @@ def test_synthesis_settings_beside_a_worker_are_refused_not_written_where_it_nev
     assert list(store_dir.glob("synthesis*"))
 
 
+def test_a_schedule_that_ran_with_nothing_to_do_says_so() -> None:
+    """An audit: a schedule for a user with no memories fired and answered "No memories found", while the list
+    said "last: never ran" (a mistyped user id looked like a schedule not yet due)."""
+    from dreamstream.streams.cli.consolidate import schedule_line
+
+    entry = {"schedule_id": "sched-1", "user": "carl", "app": None, "schedule": "daily", "cron": "0 3 * * *",
+             "firings": 2, "last_run": {"message": "No memories found for project carl. Nothing to consolidate."}}
+    assert schedule_line(entry).endswith("last: No memories found for project carl. Nothing to consolidate.")
+    assert schedule_line({**entry, "last_run": {"line": "[dream --auto] project=carl  merged=1"}}).endswith(
+        "last: [dream --auto] project=carl  merged=1")
+    assert schedule_line({**entry, "last_run": None, "firings": 0}).endswith("last: never ran")
+
+
 def test_replay_export_and_reads_refuse_what_would_lose_or_leak(tmp_path: Path) -> None:
     """A dead-letter path that cannot be written stops a replay before anything is stored; an empty --user is
     a usage error (an unset variable must not export everyone); a folder that is no store is no store; a

@@ -63,6 +63,21 @@ def test_forged_patterns_never_overwrite_or_point_elsewhere(edge_store, embedder
     assert edge_store.retrieve(["p-1"])["p-1"].kind == "pattern"
 
 
+def test_a_pattern_the_person_deleted_is_not_brought_back_by_its_record_read_again(edge_store, embedder) -> None:
+    """An audit: the same pattern.added record read again (a redelivery, an offset reset) after the person
+    deleted the pattern stored it active again, with no status event saying so."""
+    from dreamstream.streams.core import memories
+
+    proc = Processor(edge_store, embedder)
+    assert _process(proc, _event()) == [] and _process(proc, _pattern()) == []
+    assert memories.delete_memory(edge_store, "p-1", "u-1")
+    again = proc.process([Incoming(raw=_pattern(), topic="t", partition=0, offset=9)])
+    assert again.outcomes["pattern_declined"] == 1 and not again.status_events
+    assert edge_store.retrieve(["p-1"])["p-1"].status == "deleted"
+    assert _process(proc, _pattern(event_id="e-p2", text="Ana travels a lot.")) == []  # a late run's rewrite too
+    assert edge_store.retrieve(["p-1"])["p-1"].status == "deleted"
+
+
 def test_within_one_batch_another_users_id_is_refused_not_taken_for_a_redelivery(edge_store, embedder) -> None:
     """The same checks hold between the events of one batch (nothing of it is stored yet) and for a reused
     event_id: another user's memory id is a conflict, and a pattern cannot replace a fact sent just before."""
