@@ -227,6 +227,8 @@ async def ingest(stream: faust.StreamT) -> None:
                 continue
         faults.point("marked")
         await commit(batch.upto)
+        stored = _runtime.setdefault("stored_upto", {})  # synthesis waits for ingest by it (worker/synthesis.py)
+        stored.update({tp.partition: n for tp, n in batch.upto.items() if tp.topic == settings.topics.memory_added})
         if refused:
             store_recovered(refused, "broker")
         refused = 0

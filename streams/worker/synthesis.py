@@ -21,6 +21,7 @@ Which projects have synthesis on is a global table written by the ops control ag
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from datetime import timedelta
@@ -70,9 +71,20 @@ def counts_as_eligible(event: dict[str, Any], projects: dict[str, dict[str, Any]
     return str(event.get("created_at", "")) > str(project.get("boundary") or "")
 
 
-def due(state: dict[str, Any], now: str, cadence_days: float) -> bool:
-    """New facts since the last check, enough of them for the gate, and the cadence elapsed."""
-    if state.get("facts", 0) < syn.MIN_MEMORIES or state.get("eligible", 0) <= state.get("checked", 0):
+def settings_digest(projects: dict[str, dict[str, Any]]) -> str:
+    """What the synthesis settings are now (projects on, their boundaries), for `due`."""
+    on = sorted((k, str(v.get("boundary"))) for k, v in projects.items() if v.get("enabled"))
+    return hashlib.sha256(orjson.dumps(on)).hexdigest()[:16]
+
+
+def due(state: dict[str, Any], now: str, cadence_days: float, settings_now: str | None = None) -> bool:
+    """Enough facts for the gate, the cadence elapsed, and something new since the last check: eligible facts,
+    or the settings (`settings_digest`): memories stored before a project was enabled with a past boundary
+    count as evidence, and their user must not wait for a next memory that may never come."""
+    if state.get("facts", 0) < syn.MIN_MEMORIES:
+        return False
+    changed = settings_now is not None and state.get("settings_seen") != settings_now
+    if state.get("eligible", 0) <= state.get("checked", 0) and not changed:
         return False
     return syn.is_due(True, syn.MIN_MEMORIES, state.get("last_run"), now, cadence_days)
 
@@ -151,6 +163,7 @@ async def synthesis_runs_applied(stream: faust.StreamT) -> None:
             _inflight.pop(user, None)
             state = dict(users_table.get(user) or {})
             state["checked"] = body.get("eligible_seen", state.get("checked", 0))
+            state["settings_seen"] = body.get("settings_seen", state.get("settings_seen"))
             if body.get("ran"):
                 state["last_run"] = body["now"]
                 state["evidence_used"] = body.get("evidence_used", [])
@@ -180,7 +193,13 @@ are counted twice but stored once, so the counts may never meet exactly)."""
 
 
 def ingest_behind(user: str, state: dict[str, Any]) -> bool:
-    """Both agents read memory.added at their own pace: run only on what ingest has stored."""
+    """Both agents read memory.added at their own pace: run only on what ingest has stored. Where ingest has
+    stored a batch of the user's partition since this worker started, its offset says so exactly (a resent
+    event or a hard delete made the counts differ for good, and held the user for SETTLE_SECONDS); before
+    that, the counts, for at most SETTLE_SECONDS."""
+    done = _runtime.get("stored_upto", {}).get(state.get("partition"))
+    if done is not None and state.get("offset") is not None:
+        return int(done) <= int(state["offset"])  # the next offset ingest reads: all before it is stored
     if time.time() - float(state.get("last_event_at", 0.0)) > SETTLE_SECONDS:
         return False
     stored = int(app_processor().store.count({"user_id": user, "kind": "fact"}))
@@ -253,8 +272,9 @@ async def tick(now: str | None = None) -> list[runner.RunRecord]:
     records = []
     failed: Exception | None = None
     owned = owned_partitions()
+    settings_now = settings_digest(project_settings())
     for user, state in list(users_table.items()):
-        if not state or user in _inflight or not due(state, now, cadence):
+        if not state or user in _inflight or not due(state, now, cadence, settings_now):
             continue
         if owned is not None and state.get("partition") not in owned:
             continue  # another worker holds this user's partition now
@@ -280,6 +300,7 @@ async def tick(now: str | None = None) -> list[runner.RunRecord]:
             "evidence_used": after.get("evidence_used", []),
             "read_digest": record.read_digest,
             "eligible_seen": state.get("eligible", 0), "recent_eligible": recent_eligible(user, int(cadence)),
+            "settings_seen": settings_now,
             "duration_seconds": round(time.perf_counter() - started, 4), "at": now_iso(),
         }
         _inflight[user] = time.monotonic()

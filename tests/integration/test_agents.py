@@ -144,6 +144,17 @@ async def test_control_agent_applies_once_and_bookkeeping_counts(kafka: str, pro
     assert sw.due({**state, "facts": 20}, "2026-02-01T00:00:00Z", 7.0)
     assert not sw.due({**state, "facts": 20, "checked": state["eligible"]}, "2026-02-01T00:00:00Z", 7.0)  # nothing new
     assert not sw.due({**state, "facts": 20, "last_run": "2026-01-30T00:00:00Z"}, "2026-02-01T00:00:00Z", 7.0)
+    # An audit: enabling a project with a past boundary never ran for a user whose memories were all stored
+    # already (nothing new was counted): a change of the settings since the user's last check is new too.
+    checked = {**state, "facts": 20, "checked": state["eligible"], "settings_seen": "before"}
+    assert sw.due(checked, "2026-02-01T00:00:00Z", 7.0, "after")
+    assert not sw.due(checked, "2026-02-01T00:00:00Z", 7.0, "before")
+    assert sw.settings_digest({"a": {"enabled": True, "boundary": "x"}}) != sw.settings_digest({})
+    # ... and a resent event (counted, stored once) held the user 10 minutes: ingest's offset says it is done.
+    sw._runtime["stored_upto"] = {7: 41}
+    assert not sw.ingest_behind(user, {"partition": 7, "offset": 40, "facts": 10**6, "last_event_at": time.time()})
+    assert sw.ingest_behind(user, {"partition": 7, "offset": 41, "facts": 0, "last_event_at": time.time()})
+    sw._runtime.pop("stored_upto")
 
 
 async def test_a_users_command_is_forwarded_to_its_partition_and_run_there_once(
