@@ -27,6 +27,19 @@ REPLY = "dream.control.reply"
 
 COMMANDS: tuple[str, ...] = tuple(contracts.load_schema(CONTROL)["properties"]["command"]["enum"])
 """Every command name, from the dream.control schema: the schema says which args each one needs."""
+def _args_of_each() -> dict[str, frozenset[str]]:
+    """The arguments each command takes, as the schema lists them (a command it gives none takes none)."""
+    out: dict[str, set[str]] = {name: set() for name in COMMANDS}
+    for block in contracts.load_schema(CONTROL).get("allOf", []):
+        named = block["if"]["properties"]["command"]
+        for name in named.get("enum") or [named.get("const")]:
+            out[name] |= set(block["then"].get("properties", {}).get("args", {}).get("properties", {}))
+    return {name: frozenset(args) for name, args in out.items()}
+
+
+ARGS: dict[str, frozenset[str]] = _args_of_each()
+"""Per command, the arguments it reads: any other is refused (a typo, `projcet=hike`, acted on the default
+scope and answered ok)."""
 REASONS = ("oversize", "undecodable", "invalid_json", "not_an_object", "unknown_type", "missing_field", "bad_field",
            "unknown_command", "unauthorised", "id_reused")
 
@@ -78,6 +91,10 @@ def parse_command(raw: bytes | str | dict[str, Any], token: str | None = None) -
         raise InvalidCommand("missing_field" if keyword == "required" else "bad_field",
                              f"{name} needs {path}" if keyword == "required" else message, cid)
     args = obj.get("args", {})
+    unknown = sorted(set(args) - ARGS[name])
+    if unknown:
+        takes = ", ".join(sorted(ARGS[name])) or "none"
+        raise InvalidCommand("bad_field", f"{name} does not take {', '.join(unknown)[:200]} (it takes: {takes})", cid)
     for key in ID_ARGS:  # as a memory event's ids: "ops|team" and "ops" + app "team\0" must never be one scope
         try:
             check_id(args.get(key), key)

@@ -36,6 +36,8 @@ def parse_args(pairs: tuple[str, ...]) -> dict[str, Any]:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise click.BadParameter(f"{pair!r} is not KEY=VALUE")
+        if key in out:  # `user=u1 user=carol` acted on carol alone
+            raise click.BadParameter(f"{key} is given twice: give each argument once")
         try:
             out[key] = orjson.loads(value)
         except orjson.JSONDecodeError:

@@ -287,6 +287,13 @@ def test_a_schedule_that_ran_with_nothing_to_do_says_so() -> None:
     assert schedule_line({**entry, "last_run": None, "firings": 0}).endswith("last: never ran")
 
 
+def test_a_control_argument_given_twice_is_a_usage_error_before_anything_is_sent() -> None:
+    """An audit: `dream control consolidate.run user=u1 user=carol` ran for carol alone, silently."""
+    out = subprocess.run([DREAM, "control", "consolidate.run", "user=u1", "user=carol"], capture_output=True,
+                         text=True, timeout=120, env={**ENV, "KAFKA_BOOTSTRAP": "127.0.0.1:1"})
+    assert out.returncode == 2 and "user is given twice" in out.stderr and not out.stdout
+
+
 def test_replay_export_and_reads_refuse_what_would_lose_or_leak(tmp_path: Path) -> None:
     """A dead-letter path that cannot be written stops a replay before anything is stored; an empty --user is
     a usage error (an unset variable must not export everyone); a folder that is no store is no store; a

@@ -296,6 +296,13 @@ def test_control_commands_and_replies_validate() -> None:
             parse_command(orjson.dumps(command(name, {"user": "u\u0000"})))
     with pytest.raises(InvalidCommand):
         parse_command(orjson.dumps(command("synthesis.enable", {"project": "p\n"})))
+    # An argument the command does not read is refused, not ignored (an audit: `synthesis.disable projcet=hike`
+    # turned off the default project and answered ok; `consolidate.run aap=chat` ran over every app).
+    for name, args in (("synthesis.disable", {"projcet": "hike"}), ("consolidate.run", {"user": "u", "aap": "chat"}),
+                       ("settings.show", {"verbose": True})):
+        with pytest.raises(InvalidCommand, match="does not take") as err:
+            parse_command(orjson.dumps(command(name, args)))
+        assert err.value.reason == "bad_field"
 
 
 def test_every_command_of_the_schema_has_one_handler_in_the_worker() -> None:
