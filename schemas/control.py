@@ -27,6 +27,8 @@ REPLY = "dream.control.reply"
 
 COMMANDS: tuple[str, ...] = tuple(contracts.load_schema(CONTROL)["properties"]["command"]["enum"])
 """Every command name, from the dream.control schema: the schema says which args each one needs."""
+
+
 def _args_of_each() -> dict[str, frozenset[str]]:
     """The arguments each command takes, as the schema lists them (a command it gives none takes none)."""
     out: dict[str, set[str]] = {name: set() for name in COMMANDS}

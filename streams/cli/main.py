@@ -122,7 +122,10 @@ def replay(file: Path, store_dir: str | None, dead_path: Path | None,
             else:
                 summary = replay_file(file, store, dead_path=dead_path, batch_size=batch_size, progress=bar.update)
     finally:
-        empty = made and store.count() == 0
+        try:
+            empty = made and store.count() == 0
+        except Exception:  # the store failed: leave what is there, the error says why
+            empty = False
         store.close()
         if empty and (summary is None or summary.lines == summary.dead):  # failed: leave no empty store behind
             for entry in folder.iterdir() if existed else [folder]:

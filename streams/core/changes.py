@@ -329,7 +329,7 @@ def kept_events(path: str) -> list[dict[str, Any]]:
             event = orjson.loads(line)
         except orjson.JSONDecodeError:
             continue
-        if isinstance(event, dict):
+        if isinstance(event, dict) and isinstance(event.get("user_id"), str):  # keyed by it when sent
             events.append(event)
     return events
 
