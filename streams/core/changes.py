@@ -336,7 +336,11 @@ def kept_events(path: str) -> list[dict[str, Any]]:
 
 def keep_events(path: str, events: Sequence[dict[str, Any]]) -> None:
     """Adds status events to the kept ones, durably: they are sent before anything newer once a broker answers."""
-    write_durably(path, b"".join(orjson.dumps(e) + b"\n" for e in [*kept_events(path), *events]))
+    _write_events(path, [*kept_events(path), *events])
+
+
+def _write_events(path: str, events: Sequence[dict[str, Any]]) -> None:
+    write_durably(path, b"".join(orjson.dumps(e) + b"\n" for e in events))
 
 
 def drop_kept(path: str, user: str | None = None) -> int:
@@ -347,7 +351,7 @@ def drop_kept(path: str, user: str | None = None) -> int:
     if len(rest) == len(events):
         return 0
     if rest:
-        write_durably(path, b"".join(orjson.dumps(e) + b"\n" for e in rest))
+        _write_events(path, rest)
     else:
         os.remove(path)
     return len(events) - len(rest)

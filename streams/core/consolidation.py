@@ -673,6 +673,10 @@ def note_run(store_dir: str | None, summary: Mapping[str, Any]) -> None:
     runs = last_runs(store_dir)
     runs[str(summary.get("type", "pass"))] = {**summary, "at": now_iso()}
     os.makedirs(path.parent, exist_ok=True)
+    _write_runs(path, runs)
+
+
+def _write_runs(path: Path, runs: Mapping[str, Any]) -> None:
     path.write_text(json.dumps(runs, ensure_ascii=False, default=str), encoding="utf-8")
 
 
@@ -682,9 +686,7 @@ def forget_runs(store_dir: str | None, user: str) -> bool:
     mine = [kind for kind, run in runs.items() if isinstance(run, dict) and run.get("user") == user]
     if not store_dir or not mine:
         return False
-    for kind in mine:
-        del runs[kind]
-    runs_file(store_dir).write_text(json.dumps(runs, ensure_ascii=False, default=str), encoding="utf-8")
+    _write_runs(runs_file(store_dir), {kind: run for kind, run in runs.items() if kind not in mine})
     return True
 
 
