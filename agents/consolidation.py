@@ -521,8 +521,10 @@ ANSWERS = {"merge": ("apply", "skip"), "conflict": ("A", "B", "apply", "skip"), 
 def answer_plan(plan: Plan, answers: Mapping[str, str], rest: str = "apply") -> tuple[Plan, dict[int, str | None]]:
     """The part of a plan a person approved, item by item: `answers` maps an item id (`m:…`, `c:…`,
     `p:…`, as `to_dict` gives them) to its answer; the items not named are applied as proposed
-    (`rest="apply"`: merges, prunes, conflicts at their likely winner) or skipped (`rest="skip"`).
-    Returns the plan to apply and the conflict choices. ValueError names an unknown item or answer."""
+    (`rest="apply"`: merges, prunes, conflicts at their likely winner) or skipped (`rest="skip"`). A held
+    merge (the judge is not sure the two are one fact) is applied only when answered "apply": `rest` never
+    merges it, since nobody said yes to it (an approval with no answers merged "prefers tea" into "prefers
+    coffee"). Returns the plan to apply and the conflict choices. ValueError names an unknown item or answer."""
     if rest not in ("apply", "skip"):
         raise ValueError("rest must be apply or skip")
     kinds = {m.item: "merge" for m in plan.merges} | {c.item: "conflict" for c in plan.conflicts}
@@ -536,7 +538,8 @@ def answer_plan(plan: Plan, answers: Mapping[str, str], rest: str = "apply") -> 
     def chosen(item: str) -> str:
         return answers.get(item, rest)
 
-    out = replace(plan, merges=[m for m in plan.merges if chosen(m.item) == "apply"],
+    out = replace(plan, merges=[m for m in plan.merges
+                                if (answers.get(m.item) if m.held else chosen(m.item)) == "apply"],
                   prunes=[p for p in plan.prunes if chosen(p.item) == "apply"])
     choices: dict[int, str | None] = {}
     for i, c in enumerate(plan.conflicts):

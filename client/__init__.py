@@ -341,8 +341,10 @@ class Client:
         out = self._call("DELETE", f"/v1/users/{_seg(user_id)}", params={"confirm": user_id})
         return int(out["deleted"]) if out.get("erased") is True else None
 
-    def undo(self, decision_id: str) -> JSONList:
-        events: JSONList = _field(self._call("POST", f"/v1/decisions/{_seg(decision_id)}/undo"), "status_events")
+    def undo(self, decision_id: str, user_id: str) -> JSONList:
+        """Reverts one decision of `user_id` (another user's is a 404); returns its status events."""
+        events: JSONList = _field(self._call("POST", f"/v1/decisions/{_seg(decision_id)}/undo",
+                                             params={"user": user_id}), "status_events")
         return events
 
     def consolidate(self, user_id: str | None, *, mode: str = "dry_run", app_id: str | None = None,
@@ -467,8 +469,8 @@ class AsyncClient:
         out = await self._call("DELETE", f"/v1/users/{_seg(user_id)}", params={"confirm": user_id})
         return int(out["deleted"]) if out.get("erased") is True else None
 
-    async def undo(self, decision_id: str) -> JSONList:
-        body = await self._call("POST", f"/v1/decisions/{_seg(decision_id)}/undo")
+    async def undo(self, decision_id: str, user_id: str) -> JSONList:
+        body = await self._call("POST", f"/v1/decisions/{_seg(decision_id)}/undo", params={"user": user_id})
         events: JSONList = _field(body, "status_events")
         return events
 

@@ -394,7 +394,7 @@ def through_worker(url: str, user: str | None, app_id: str | None, *, auto: bool
             click.echo(json.dumps(done, indent=2, sort_keys=True) if as_json
                        else done.get("line") or done.get("message"))
             if done.get("status_events"):
-                click.echo(f"Undo this pass: dream undo {done['decision_id']}", err=as_json)
+                click.echo(f"Undo this pass: dream undo {done['decision_id']} --user {user}", err=as_json)
             return
         plan = api.consolidate(user, app_id=app_id)
         if "plan_id" not in plan:
@@ -427,7 +427,7 @@ def through_worker(url: str, user: str | None, app_id: str | None, *, auto: bool
         done = api.approve(plan["plan_id"], answers)
         click.echo(done["summary"])
         if done.get("status_events"):
-            click.echo(f"Undo this pass: dream undo {done['decision_id']}")
+            click.echo(f"Undo this pass: dream undo {done['decision_id']} --user {user}")
 
 
 @click.command()
@@ -536,4 +536,6 @@ def provenance(memory_id: str, store_dir: str | None, api_url: str | None, user:
                     [(d["decision_id"], d["action"] + (" (undone)" if d.get("undone") else ""),
                       str((d.get("evidence") or {}).get("rule", "")), str(d.get("at", ""))[:19])
                      for d in out["decisions"]])
-        click.echo(f"\nUndo one: dream undo DECISION_ID   (evidence in full: dream provenance {memory_id} --json)")
+        named = f" --user {user}" if user else ""
+        click.echo(f"\nUndo one: dream undo DECISION_ID{named}   "
+                   f"(evidence in full: dream provenance {memory_id}{named} --json)")

@@ -247,25 +247,29 @@ def search(text: str, store_dir: str | None, api_url: str | None, user: str, lat
 @click.argument("decision_id")
 @store_option
 @url_option
+@click.option("--user", "user", default=None,
+              help="The decision's user (needed through a worker's API; on a store, checked when given).")
 @run_async
-async def undo(decision_id: str, store_dir: str | None, api_url: str | None) -> None:
+async def undo(decision_id: str, store_dir: str | None, api_url: str | None, user: str | None) -> None:
     """Revert one decision: both memories get their earlier status and links back (crash-safe; its
     status events go to Kafka, or to the outbox file beside the store when no broker answers).
-    Beside a running worker it goes through the worker's API."""
+    Beside a running worker it goes through the worker's API, which takes one user's decisions only."""
     from dreamstream.streams.cli.consolidate import finish_interrupted, publish_events
     from dreamstream.streams.core import changes
     from dreamstream.streams.core.undo import undo_decision
 
     url = worker_url(store_dir, api_url)
     if url is not None:
+        if not user:
+            raise click.UsageError("a worker holds the store and its API undoes one user's decisions: add --user USER")
         with api_errors(), api_client(url) as api:
-            print_undone(decision_id, api.undo(decision_id))
+            print_undone(decision_id, api.undo(decision_id, user))
         return
     store = open_configured_store(store_dir)
     try:
         await finish_interrupted(store, store_dir)
         try:
-            events = undo_decision(store, decision_id).events
+            events = undo_decision(store, decision_id, user=user).events
         except (KeyError, ValueError) as exc:
             raise click.ClickException(str(exc.args[0])) from exc
         print_undone(decision_id, events)

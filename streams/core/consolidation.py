@@ -476,7 +476,8 @@ def _control(proc: Any, command: str, args: Mapping[str, Any], retention: Mappin
         raise ValueError(f"plan {args['plan_id']}: all {stale} items changed since it was made; nothing applied "
                          "(plan again)")
     plan, choices = cons.answer_plan(rebuilt, args.get("answers") or {}, args.get("rest") or "apply")
-    outcome, events = apply_plan(proc.store, proc.embed, plan, choices,
+    held = sum(m.held for m in rebuilt.merges) - sum(m.held for m in plan.merges)  # left for a person
+    outcome, events = apply_plan(proc.store, proc.embed, plan, choices, held=held,
                                  pass_id=None if command_id is None else new_pass_id(plan, command_id))
     path.unlink()
     return {"plan_id": args["plan_id"], "approved": True, "summary": cons.render_summary(outcome),

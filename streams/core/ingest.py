@@ -876,10 +876,11 @@ class Processor:
                 did, pattern.memory_id, new.user_id, "active", "expired", new.memory_id, "supersede",
                 {**evidence, "source_superseded": source}))
 
-    def undo(self, decision_id: str, by: str | None = None) -> list[dict[str, Any]]:
+    def undo(self, decision_id: str, by: str | None = None, user: str | None = None) -> list[dict[str, Any]]:
         """Reverts one decision (core/undo.py), crash-safe; returns its status events, kept unsent in
-        the store until `changes.sent`. KeyError when unknown, ValueError when undone already."""
-        return undo_decision(self.store, decision_id, by).events
+        the store until `changes.sent`. KeyError when unknown (or, with `user`, another user's), ValueError
+        when undone already."""
+        return undo_decision(self.store, decision_id, by, user).events
 
     def reprocess_user(self, user_id: str, backup_dir: str, run_id: str | None = None) -> BatchResult:
         """Re-derives one user's statuses and links from scratch, in created_at order (after a judge changed).

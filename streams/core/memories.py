@@ -4,6 +4,7 @@ history, and filtered, paginated listings. The worker's HTTP pages (worker/api.p
 from __future__ import annotations
 
 import base64
+import hashlib
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -312,36 +313,46 @@ class Page:
     next_cursor: str | None
 
 
-def _cursor(offset: int) -> str:
-    return base64.urlsafe_b64encode(orjson.dumps({"o": offset})).decode().rstrip("=")
+def read_tag(read: reads.ReadQuery, where: Mapping[str, str]) -> str:
+    """Which read a cursor continues: one user's query, mode, floor and filters. A cursor given to another
+    read is refused: ana's cursor with user=bob answered bob's rows after ana's place, skipping his first."""
+    return hashlib.sha256(orjson.dumps([read.user, read.text, read.mode, read.threshold,
+                                        sorted(where.items())])).hexdigest()[:16]
 
 
-def _key_cursor(key: tuple[int, str, str]) -> str:
-    return base64.urlsafe_b64encode(orjson.dumps({"k": list(key)})).decode().rstrip("=")
+def _cursor(offset: int, tag: str) -> str:
+    return base64.urlsafe_b64encode(orjson.dumps({"o": offset, "r": tag})).decode().rstrip("=")
 
 
-def _decoded(cursor: str) -> dict[str, Any]:
+def _key_cursor(key: tuple[int, str, str], tag: str) -> str:
+    return base64.urlsafe_b64encode(orjson.dumps({"k": list(key), "r": tag})).decode().rstrip("=")
+
+
+def _decoded(cursor: str, tag: str) -> dict[str, Any]:
     try:
         value = orjson.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
     except (ValueError, TypeError) as exc:
         raise ValueError("cursor is not one this API gave out") from exc
     if not isinstance(value, dict):
         raise ValueError("cursor is not one this API gave out")
+    if value.get("r") != tag:
+        raise ValueError("cursor belongs to another read (another user, query, mode or filter): "
+                         "start again without it")
     return value
 
 
-def _offset(cursor: str | None) -> int:
+def _offset(cursor: str | None, tag: str) -> int:
     if not cursor:
         return 0
-    value = _decoded(cursor).get("o")
+    value = _decoded(cursor, tag).get("o")
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_OFFSET:
         raise ValueError("cursor is not one this API gave out")
     return value
 
 
-def _after(cursor: str) -> tuple[int, str, str] | None:
+def _after(cursor: str, tag: str) -> tuple[int, str, str] | None:
     """A listing cursor's last row (its place in the listing's order); None for an offset cursor."""
-    value = _decoded(cursor)
+    value = _decoded(cursor, tag)
     if "k" not in value:
         return None
     key = value["k"]
@@ -402,8 +413,9 @@ def list_page(store: MemoryStore, embed: Any, read: reads.ReadQuery, where: Mapp
     slicing), each page current facts first: together they show every match once, and the first page is
     what `reads.search` gives. A listing's cursor is its last row's place in the listing's order, not a
     count: a memory added (or replaced) between pages moves no row onto a later page twice, nor off it."""
-    after = _after(cursor) if cursor and not read.text else None
-    start = _offset(cursor) if after is None else 0
+    tag = read_tag(read, where)
+    after = _after(cursor, tag) if cursor and not read.text else None
+    start = _offset(cursor, tag) if after is None else 0
 
     def keep(r: Mapping[str, Any]) -> bool:
         return all(_field(r, k) == v for k, v in where.items())
@@ -424,10 +436,10 @@ def list_page(store: MemoryStore, embed: Any, read: reads.ReadQuery, where: Mapp
         matches = [x for x in matches if wanted(x)]
         more = len(matches) > start + read.limit
         page = reads.current_first_rows(store, matches[start:start + read.limit])
-        return Page(rows=page, next_cursor=_cursor(start + read.limit) if more else None)
+        return Page(rows=page, next_cursor=_cursor(start + read.limit, tag) if more else None)
     rows = [r for r in reads.get(store, read.user, read.mode) if keep(r)]
     if after is not None:
         rows = [r for r in rows if _listing_key(r) > after]
     page = rows[start:start + read.limit]
     more = len(rows) > start + read.limit
-    return Page(rows=page, next_cursor=_key_cursor(_listing_key(page[-1])) if more and page else None)
+    return Page(rows=page, next_cursor=_key_cursor(_listing_key(page[-1]), tag) if more and page else None)

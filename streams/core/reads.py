@@ -50,7 +50,7 @@ def user_param(params: Mapping[str, str]) -> str:
     """The `user` every read names, checked (ValueError for a 400): reads are per user, never stripped."""
     user = params.get("user") or ""
     if not user.strip():
-        raise ValueError("a read must name a user (?user=...)")
+        raise ValueError("name a user (?user=...): every read and change here is one user's")
     if user != user.strip() or not user.isprintable() or "/" in user or "\\" in user or user in (".", ".."):
         # The same rule as a stored user id (`events.check_id`): no such user can exist, so say so.
         raise ValueError(f"user must be printable, without surrounding spaces or a path: {user[:40]!r}")

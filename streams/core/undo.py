@@ -25,11 +25,12 @@ class AlreadyUndone(ValueError):
         self.events = events
 
 
-def plan_undo(store: MemoryStore, decision_id: str, by: str | None = None) -> changes.Change:
+def plan_undo(store: MemoryStore, decision_id: str, by: str | None = None, user: str | None = None) -> changes.Change:
     """What reverting one decision writes: both sides get their earlier status and links back, and
     the record is marked undone (by `by`, a command id, so that a redelivered command is known).
 
-    Raises KeyError when no memory holds the decision, AlreadyUndone when it was undone already.
+    Raises KeyError when no memory holds the decision (or, with `user`, no memory of that user: a request
+    in one user's name never reverts another's decision), AlreadyUndone when it was undone already.
     """
     holders = {m.memory_id: m for m in store.scroll({"decision_ids": decision_id})}
     record, owner = None, None
@@ -39,6 +40,8 @@ def plan_undo(store: MemoryStore, decision_id: str, by: str | None = None) -> ch
                 record, owner = rec, memory
     if record is None or owner is None:
         raise KeyError(f"no decision {decision_id}")
+    if user is not None and owner.user_id != user:
+        raise KeyError(f"no decision {decision_id} for user {user}")
     if record.get("undone"):
         raise AlreadyUndone(decision_id, by is not None and record.get("undone_by") == by,
                             int(record.get("undo_events") or 0))
@@ -275,10 +278,11 @@ def _kept(now: Any, left: Any) -> bool:
     return bool(now == left or (now is None and left))
 
 
-def undo_decision(store: MemoryStore, decision_id: str, by: str | None = None) -> changes.Change:
+def undo_decision(store: MemoryStore, decision_id: str, by: str | None = None,
+                  user: str | None = None) -> changes.Change:
     """Reverts one decision (see `plan_undo`) and returns the change written; its events are the
     caller's to publish, then `changes.mark_sent`."""
-    change = plan_undo(store, decision_id, by)
+    change = plan_undo(store, decision_id, by, user)
     changes.apply(store, change)
     store.flush()
     return change

@@ -7,7 +7,7 @@
     DELETE /v1/memories/{id}?user=U        soft delete (undo reverts it); &hard=true: gone, links too
     GET  /v1/memories/{id}/history?user=U  its decisions (with evidence) and links
     DELETE /v1/users/{user}?confirm={user} erase one user for good
-    POST /v1/decisions/{id}/undo           revert one decision
+    POST /v1/decisions/{id}/undo?user=U    revert one decision of that user
     POST /v1/consolidations                a consolidation pass (dry_run: a plan to answer; auto), light, full
     POST /v1/consolidations/{plan}/approve apply a plan, each item as answered (apply, skip, A, B)
     DELETE /v1/consolidations/{plan}       drop a plan unapplied
@@ -202,6 +202,7 @@ class MemoriesView(View):
     @api_call
     async def post(self, request: Request) -> Response:
         """Add a memory (or a JSON list of them): `user_id` and `text` required; 202 with the ids."""
+        _only(request)
         events = memories.new_events(await _read_json(request))  # InvalidEvent: a 400 with its reason
         try:  # best effort: a busy or failing store must not stop adds (ingest dead-letters a conflict anyway)
             taken = await asyncio.wait_for(
@@ -275,8 +276,14 @@ def _reserve(events: list[dict[str, Any]]) -> str | None:
 
 def _only_user(request: Request) -> None:
     """A read or update by id takes ?user= and nothing else: a typo is refused, as a listing refuses it."""
-    if extra := sorted(set(request.query) - {"user"}):
-        raise ValueError(f"unknown parameter {extra[0][:40]!r}: this takes user only")
+    _only(request, "user")
+
+
+def _only(request: Request, *allowed: str) -> None:
+    """A parameter a route does not take is a 400 (every route): ignored, `?user=` named a check never made."""
+    if extra := sorted(set(request.query) - set(allowed)):
+        takes = f"this takes {', '.join(allowed)} only" if allowed else "this takes no query parameters"
+        raise ValueError(f"unknown parameter {extra[0][:40]!r}: {takes}")
 
 
 @app.page("/v1/memories/{memory_id}")
@@ -341,6 +348,7 @@ class UserView(View):
         """Erase one user for good (privacy requests): every memory deleted, an audit event on
         memory.status with the count, never the texts. `?confirm=<the same user id>` is required."""
         reads.user_param({"user": user_id})  # no such user can exist: a 400 now, not a dead letter after the wait
+        _only(request, "confirm")
         if request.query.get("confirm") != user_id:
             return _error(400, f"erasing deletes every memory of {user_id} for good: "  # type: ignore[no-any-return]
                                f"add ?confirm={user_id}")
@@ -366,12 +374,17 @@ class HistoryView(View):
 class UndoView(View):
     @api_call
     async def post(self, request: Request, decision_id: str) -> Response:
+        """?user=U is required, as on every route that changes a user's memories: another user's decision
+        answers 404 (decision ids are derived from memory ids, so they are no secret)."""
+        _only_user(request)
+        user = reads.user_param(request.query)
         proc = await processor()
-        user = await on_store_thread(memories.decision_user, proc.store, decision_id)
-        if user is not None and (passed := await at_owner(request, user)) is not None:
+        if await on_store_thread(memories.decision_user, proc.store, decision_id) != user:
+            return _error(404, f"no decision {decision_id} for user {user}")  # type: ignore[no-any-return]
+        if (passed := await at_owner(request, user)) is not None:
             return passed  # type: ignore[no-any-return]
         try:
-            events = await on_store_thread(proc.undo, decision_id)
+            events = await on_store_thread(proc.undo, decision_id, None, user)
         except KeyError as exc:
             return _error(404, str(exc.args[0]))  # type: ignore[no-any-return]
         except ValueError as exc:
@@ -420,6 +433,7 @@ class ConsolidationsView(View):
         dry_run answers the plan (its items, each with an `item` id, and the report) to approve item by
         item; auto applies merges and prunes and skips conflicts; light and full run over the user (or,
         without one, everyone)."""
+        _only(request)
         body = await _body(request)
         mode = body.get("mode", "dry_run")
         unknown = set(body) - {"user", "app", "mode", "dry_run"}
@@ -463,6 +477,7 @@ class ApproveView(View):
     @api_call
     async def post(self, request: Request, plan_id: str) -> Response:
         """{"answers"?: {item: apply|skip|A|B}, "rest"?: apply|skip}: the plan applied item by item."""
+        _only(request, "user")
         body = await _body(request)
         if set(body) - {"answers", "rest"} or not isinstance(body.get("answers", {}), dict):
             raise ValueError('an approval is {"answers": {item: apply|skip|A|B}, "rest": apply|skip}')
@@ -476,6 +491,7 @@ class PlanView(View):
     @api_call
     async def delete(self, request: Request, plan_id: str) -> Response:
         """The plan dropped, nothing applied."""
+        _only(request, "user")
         if (passed := await plan_owner(request, plan_id)) is not None:
             return passed  # type: ignore[no-any-return]
         return await _consolidation("consolidate.reject", {"plan_id": plan_id, **_named_user(request)})
@@ -550,8 +566,10 @@ OPENAPI: dict[str, Any] = {
                                                      "responses": {"200": {"description": "provenance"},
                                                                    "400": _ERROR, "404": _ERROR}}},
         "/v1/decisions/{decision_id}/undo": {"post": {
-            "summary": "Revert one decision",
-            "parameters": [{"name": "decision_id", "in": "path", "required": True, "schema": {"type": "string"}}],
-            "responses": {"200": {"description": "the status events of the undo"}, "404": _ERROR, "409": _ERROR}}},
+            "summary": "Revert one decision of the user (another user's answers 404)",
+            "parameters": [{"name": "decision_id", "in": "path", "required": True, "schema": {"type": "string"}},
+                           _USER],
+            "responses": {"200": {"description": "the status events of the undo"}, "400": _ERROR, "404": _ERROR,
+                          "409": _ERROR}}},
     },
 }

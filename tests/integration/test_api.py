@@ -64,9 +64,18 @@ def test_http_add_read_current_first_history_and_undo(worker: WorkerProcess) -> 
         assert page1.next_cursor and len(page1.memories) == 2
         assert not {m.memory_id for m in page1.memories} & {m.memory_id for m in page2.memories}
         assert [m.label for m in page1.memories] == ["current", "current"]  # current facts first
-        # undo through the API
+        # undo through the API: in another user's name (or none) it is refused and nothing changes
         [decision] = history["decisions"]
-        events = dream.undo(decision["decision_id"])
+        with pytest.raises(DreamAPIError) as foreign_undo:
+            dream.undo(decision["decision_id"], "bo")
+        assert foreign_undo.value.status == 404 and "for user bo" in foreign_undo.value.message
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        for params in ({}, {"user": "ana", "bogus": "1"}):
+            refused = httpx.post(f"{url(worker)}/v1/decisions/{decision['decision_id']}/undo", params=params,
+                                 headers=headers)
+            assert refused.status_code == 400, refused.text
+        assert dream.get(first.memory_id, "ana").status == "superseded"
+        events = dream.undo(decision["decision_id"], "ana")
         assert any(e["memory_id"] == first.memory_id and e["to_status"] == "active" for e in events)
         assert dream.get(first.memory_id, "ana").status == "active"
         with pytest.raises(DreamAPIError) as gone:
@@ -109,6 +118,18 @@ def test_http_errors_are_json_with_a_reason(worker: WorkerProcess) -> None:
     assert wrong.headers["Allow"]
     typo = httpx.get(f"{url(worker)}/v1/memories/m-1", params={"user": "ana", "usr": "x"}, headers=headers)
     assert typo.status_code == 400 and "usr" in typo.json()["error"]
+    # A parameter a write does not take was ignored (an add answered 202, a pass ran).
+    for method, path, body in (("POST", "/v1/memories", {"user_id": "ana", "text": "Ana hums."}),
+                               ("POST", "/v1/consolidations", {"user": "ana", "mode": "dry_run"}),
+                               ("POST", "/v1/consolidations/plan-x/approve", {}),
+                               ("DELETE", "/v1/users/ana", None)):
+        unknown = httpx.request(method, f"{url(worker)}{path}", params={"bogus": "1", "confirm": "ana"}, json=body,
+                                headers=headers)
+        assert unknown.status_code == 400 and "'bogus'" in unknown.json()["error"], (path, unknown.text)
+    # The operations pages answer without a token (probes, scrapers) and show no memory or user.
+    for page in ("/v1/stats", "/v1/consumer", "/v1/openapi.json"):
+        assert httpx.get(f"{url(worker)}{page}").status_code == 200
+    assert httpx.get(f"{url(worker)}/v1/stats", params={"detail": "1"}).status_code == 401
     # A repeated parameter read its first value; a consolidation read dry_run "no" as a dry run.
     twice = httpx.get(f"{url(worker)}/v1/memories", params=[("user", "ana"), ("user", "bo")], headers=headers)
     assert twice.status_code == 400 and "'user' is given more than once" in twice.json()["error"]
@@ -275,9 +296,12 @@ def test_the_readme_cli_commands_work_beside_the_running_worker(worker: WorkerPr
     history = dream("provenance", first.memory_id, "--user", "eve")
     assert history.returncode == 0 and "superseded by" in history.stdout
     assert dream("provenance", first.memory_id).stderr.strip().endswith("add --user USER (see `dream provenance -h`)")
-    undone = dream("undo", decision["decision_id"])
+    assert dream("undo", decision["decision_id"]).stderr.strip().endswith("add --user USER (see `dream undo -h`)")
+    foreign = dream("undo", decision["decision_id"], "--user", "ana")
+    assert foreign.returncode == 1 and f"no decision {decision['decision_id']} for user ana" in foreign.stderr
+    undone = dream("undo", decision["decision_id"], "--user", "eve")
     assert undone.returncode == 0 and f"{first.memory_id}: superseded -> active" in undone.stdout
-    again = dream("undo", decision["decision_id"])
+    again = dream("undo", decision["decision_id"], "--user", "eve")
     assert again.returncode == 1 and again.stderr.strip() == (
         f"Error: 409: decision {decision['decision_id']} was already undone")
     held = dream("export")  # a command that must own the store is refused, in one line
@@ -306,7 +330,7 @@ def test_delete_undo_and_erase_over_http_with_their_status_events(worker: Worker
         with pytest.raises(DreamAPIError) as foreign:
             dream.delete(other.memory_id, "fay")  # another user's memory is not there for fay
         assert foreign.value.status == 404 and dream.get(other.memory_id, "gus").status == "active"
-        back = dream.undo(deleted["decision_id"])
+        back = dream.undo(deleted["decision_id"], "fay")
         assert [(e["from_status"], e["to_status"]) for e in back] == [("deleted", "active")]
         assert {m.memory_id for m in dream.list("fay").memories} == {kept.memory_id, gone.memory_id}
         # Any producer of memory.added could erase a user with a raw record (and name the API as its issuer):
@@ -347,7 +371,7 @@ def test_update_keeps_the_old_version_as_history_and_undo_reverts_it(worker: Wor
         assert rows[1].replaced_by and rows[1].replaced_by["memory_id"] == new.memory_id
         [decision] = dream.history(old.memory_id, "hal")["decisions"]
         assert decision["evidence"]["rule"] == "update"
-        dream.undo(decision["decision_id"])
+        dream.undo(decision["decision_id"], "hal")
         assert dream.get(old.memory_id, "hal").label == "current"
         assert [m.memory_id for m in dream.list("hal", latest_only=True).memories] == [old.memory_id]  # reverted
         with pytest.raises(DreamAPIError) as bad:

@@ -439,6 +439,36 @@ def test_an_unattended_pass_leaves_the_pairs_ingest_held_for_a_person(proc: Proc
     assert f"{len(plan.merges)} possible merge" in reminder.text
 
 
+def test_an_approval_merges_a_held_pair_only_when_it_is_answered_apply(proc: Processor, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An audit: `POST .../approve {}` (the client's default, rest=apply) merged the pairs the plan marked held
+    ("Dee drives a blue car." and "... a green car." became one current memory saying both) and answered
+    held 0. `rest` never merges a held pair: only an answer "apply" to its item does."""
+    from tests.helpers import line
+
+    monkeypatch.setenv("DREAM_DATA_DIR", str(tmp_path / "data"))
+    texts = ["Nia's favourite colour is blue.", "Nia's favourite colour is green.", "Nia eats meat.",
+             "Nia does not eat meat."]
+    raws = [line({"type": "memory.added", "event_id": f"e-n{i}", "memory_id": f"n-{i}", "user_id": "nia", "text": t,
+                  "created_at": f"2026-0{1 + 2 * (i % 2)}-0{4 + i // 2}T10:00:00Z"}) for i, t in enumerate(texts)]
+    assert not proc.process([Incoming(raw=r) for r in raws]).dead_letters
+
+    def plan() -> dict[str, Any]:
+        made, _ = runner.control(proc, "consolidate.run", {"user": "nia", "mode": "dry_run"}, None)
+        assert made["merges"] and all(m["held"] for m in made["merges"])
+        return made
+
+    made = plan()
+    reply, _ = runner.control(proc, "consolidate.approve", {"plan_id": made["plan_id"], "rest": "apply"}, None)
+    assert reply["merged_pairs"] == 0 and reply["held"] == len(made["merges"])
+    assert {m.status for m in proc.store.scroll({"user_id": "nia"}) if not m.metadata.get("reminder")} == {"active"}
+    made = plan()
+    chosen = made["merges"][0]
+    reply, _ = runner.control(proc, "consolidate.approve", {"plan_id": made["plan_id"],
+                                                            "answers": {chosen["item"]: "apply"}}, None)
+    assert reply["merged_pairs"] == 1 and reply["held"] == len(made["merges"]) - 1
+
+
 def test_a_review_item_a_person_dismissed_is_not_proposed_again(proc: Processor) -> None:
     """`dream undo` on a review decision dismisses it ("these are two facts"); the next pass proposed the same pair
     again, and a schedule's reminder counted it on every run."""

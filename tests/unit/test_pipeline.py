@@ -128,7 +128,10 @@ def test_pinned_memory_is_not_superseded(proc: Processor) -> None:
 def test_undo_restores_both_sides(proc: Processor) -> None:
     result = feed(proc, event(1, "u1", "User lives in Lisbon.", day=1), event(2, "u1", "I moved to Berlin.", day=5))
     decision_id = result.status_events[0]["decision_id"]
-    events = proc.undo(decision_id)
+    with pytest.raises(KeyError, match=f"no decision {decision_id} for user u2"):  # asked in another user's name
+        proc.undo(decision_id, user="u2")
+    assert proc.store.retrieve(["m-u1-1"])["m-u1-1"].status == "superseded"
+    events = proc.undo(decision_id, user="u1")
     assert [(e["memory_id"], e["to_status"], e["undo"]) for e in events] == [("m-u1-1", "active", True)]
     old, new = proc.store.retrieve(["m-u1-1", "m-u1-2"]).values()
     assert old.status == "active" and old.superseded_by is None and new.supersedes == []
@@ -190,8 +193,8 @@ def test_reprocess_keeps_a_persons_own_update(edge_store, embedder, tmp_path) ->
 
 
 @pytest.mark.parametrize(("params", "error"), [
-    ({}, "a read must name a user"),
-    ({"user": "  "}, "a read must name a user"),
+    ({}, "name a user"),
+    ({"user": "  "}, "name a user"),
     ({"user": "a/b"}, "without surrounding spaces or a path"),  # no stored user id can look like this
     ({"user": "a\\b"}, "without surrounding spaces or a path"),
     ({"user": ".."}, "without surrounding spaces or a path"),

@@ -248,6 +248,25 @@ def test_a_memory_added_between_pages_of_a_listing_repeats_and_skips_nothing(edg
         cursor = page.next_cursor
     assert first.rows[-1]["label"] == "history"
     assert len(seen) == len(set(seen)) and set(before) <= set(seen)
-    broken = memories._key_cursor((0, "x", "y"))[:-3] + "!!"
+    broken = memories._key_cursor((0, "x", "y"), "t")[:-3] + "!!"
     with pytest.raises(ValueError, match="cursor"):
         memories.list_page(edge_store, embedder, reads.read_query(params), {}, broken)
+
+
+def test_a_cursor_continues_only_the_read_that_gave_it(edge_store: Any, embedder: Any) -> None:
+    """Another user's cursor (or another query's, mode's or filter's) is refused: dee's listing cursor with
+    user=bob answered bob's rows after dee's place, silently skipping his first ones (an audit)."""
+    _dee(edge_store, embedder)
+    params = {"user": "dee", "limit": "2"}
+    listing = memories.list_page(edge_store, embedder, reads.read_query(params), {}, None).next_cursor
+    search = memories.list_page(edge_store, embedder, reads.read_query({**params, "q": "where does dee live"}), {},
+                                None).next_cursor
+    assert listing and search
+    for other, cursor in (({"user": "bob"}, listing), ({"user": "dee", "latest_only": "1"}, listing),
+                          ({"user": "dee", "q": "dee's work"}, search), ({"user": "bob", "q": "where does dee live"},
+                                                                       search)):
+        with pytest.raises(ValueError, match="cursor belongs to another read"):
+            memories.list_page(edge_store, embedder, reads.read_query(other), {}, cursor)
+    with pytest.raises(ValueError, match="cursor belongs to another read"):  # a filter added between pages
+        memories.list_page(edge_store, embedder, reads.read_query(params), {"app_id": "crm"}, listing)
+    assert memories.list_page(edge_store, embedder, reads.read_query({**params, "limit": "5"}), {}, listing).rows
