@@ -32,7 +32,7 @@ MAX_EVENT_BYTES = 64 * 1024
 REASONS = (
     "undecodable", "invalid_json", "not_an_object", "unknown_type", "missing_field", "bad_field",
     "empty_text", "oversize", "duplicate_event_id", "memory_id_conflict", "key_mismatch", "processing_error",
-    "null_value",
+    "null_value", "unauthorised", "replayed",
 )
 
 

@@ -289,8 +289,13 @@ class Processor:
         keep_outbox: bool = False,
         erase_dir: str | None = None,
         erase_key: bytes | None = None,
+        patterns_topic: str | None = None,
     ) -> None:
         self.store = store
+        self.patterns_topic = patterns_topic
+        """With a topic, a `pattern.added` read from any other Kafka topic is a dead letter: patterns are the
+        worker's own (its synthesis writes them there), and one a producer sent on memory.added was stored as
+        the user's pattern past the topics' ACLs and the project's synthesis switch."""
         self.erase_dir = erase_dir
         """Where each `user.erase` request keeps its first count (a file per request; None: none kept)."""
         self.erase_key = erase_key
@@ -366,6 +371,10 @@ class Processor:
             try:
                 event = parse_memory_event(item.raw)
                 check_key(item.key, event.user_id)
+                if event.kind == "pattern" and self.patterns_topic and item.partition is not None \
+                        and item.topic != self.patterns_topic:  # read from Kafka, not the worker's own topic
+                    raise InvalidEvent("unknown_type", f"pattern.added is the worker's own (its synthesis writes it to "
+                                       f"{self.patterns_topic}); {item.topic} takes memory.added and user.erase")
                 parsed.append((item, event))
             except InvalidEvent as exc:
                 self._dead(result, item, exc.reason, exc.message)

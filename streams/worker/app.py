@@ -104,7 +104,7 @@ def _build_processor() -> Processor:
     if finished:
         log.warning("finished changes a crash had left half-applied (%d status events to send)", len(finished))
     return Processor(store, shared_embedder(), keep_outbox=True, erase_dir=os.path.join(settings.data_dir, "erase"),
-                     erase_key=settings.erase_key)
+                     erase_key=settings.erase_key, patterns_topic=settings.topics.patterns)
 
 
 _build_lock: asyncio.Lock | None = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -204,6 +205,20 @@ def test_dead_letters_validate() -> None:
     assert not contracts.is_valid("dead_letter", {**letters[0], "reason": "gremlins"})
 
 
+def test_every_reason_the_code_dead_letters_with_is_in_the_schema() -> None:
+    """An audit: a replayed user.erase was dead-lettered `replayed`, a reason the published schema did not list,
+    so a consumer validating against it rejected the record. Every reason literal the code raises or
+    dead-letters with must be in the schema's enum."""
+    import re
+
+    root = Path(__file__).resolve().parents[2]
+    found = {m.group(2) for folder in ("streams", "schemas", "agents") for path in (root / folder).rglob("*.py")
+             for m in re.finditer(r'(InvalidEvent|InvalidCommand|_dead|dead_letter)\([^"()]*"([a-z_]+)"',
+                                  path.read_text("utf-8"))}
+    assert {"replayed", "unauthorised", "bad_field"} <= found
+    assert found <= set(contracts.load_schema("dead_letter")["properties"]["reason"]["enum"])
+
+
 def test_asyncapi_document() -> None:
     doc = yaml.safe_load(ASYNCAPI.read_text("utf-8"))
     assert doc["asyncapi"] == "3.0.0"
@@ -248,10 +263,25 @@ def test_compose_file_parses() -> None:
     assert (COMPOSE.parent / "grafana").is_dir()
 
 
+def test_the_deploy_files_give_the_api_a_token_and_route_the_cron_pass_through_the_workers() -> None:
+    """An audit: compose and the Kubernetes files listened on 0.0.0.0 with no DREAM_API_TOKEN, so every caller
+    outside the container got 403 while the probes passed; the CronJob's pass opened the Qdrant server itself,
+    beside the ingest of the worker holding its user."""
+    worker = yaml.safe_load(COMPOSE.read_text("utf-8"))["services"]["worker"]["environment"]
+    assert worker["DREAM_HTTP_HOST"] == "0.0.0.0" and worker["DREAM_API_TOKEN"].startswith("${DREAM_API_TOKEN:?")
+    k8s = COMPOSE.parent / "k8s"
+    assert "DREAM_API_TOKEN" in (k8s / "kustomization.yaml").read_text("utf-8")
+    [job] = yaml.safe_load((k8s / "consolidate-cronjob.yaml").read_text("utf-8"))["spec"]["jobTemplate"]["spec"][
+        "template"]["spec"]["containers"]
+    service = yaml.safe_load((k8s / "worker-service.yaml").read_text("utf-8"))
+    assert job["args"][:4] == ["dream", "consolidate", "--url",
+                               f"http://{service['metadata']['name']}:{service['spec']['ports'][0]['port']}"]
+
+
 @pytest.mark.skipif(not _has_compose(), reason="needs the docker client with the compose plugin")
 def test_docker_compose_config() -> None:
     result = subprocess.run(["docker", "compose", "-f", str(COMPOSE), "config", "-q"],
-                            capture_output=True, text=True, timeout=120)
+                            capture_output=True, text=True, timeout=120, env={**os.environ, "DREAM_API_TOKEN": "t"})
     assert result.returncode == 0, result.stderr
 
 

@@ -63,6 +63,24 @@ def test_forged_patterns_never_overwrite_or_point_elsewhere(edge_store, embedder
     assert edge_store.retrieve(["p-1"])["p-1"].kind == "pattern"
 
 
+def test_a_pattern_sent_on_memory_added_is_refused_where_the_worker_reads_patterns_elsewhere(edge_store,
+                                                                                              embedder) -> None:
+    """An audit: a producer's pattern.added on memory.added, naming the user's real memory ids, was stored as an
+    active pattern of the user, past the topics' ACLs (producers write memory.added only) and a synthesis switch
+    that was off. The worker reads patterns from its own topic only; a file replay (no Kafka) still takes them."""
+    proc = Processor(edge_store, embedder, patterns_topic="t.patterns")
+    assert _process(proc, _event()) == []
+
+    def read(raw: bytes, topic: str, offset: int) -> Incoming:
+        return Incoming(raw=raw, topic=topic, partition=0, offset=offset, key=b"u-1")
+
+    result = proc.process([read(_pattern(), "t.added", 1)])
+    assert [d["reason"] for d in result.dead_letters] == ["unknown_type"]
+    assert "t.patterns" in result.dead_letters[0]["error"] and "p-1" not in edge_store.retrieve(["p-1"])
+    assert not proc.process([read(_pattern(), "t.patterns", 2)]).dead_letters
+    assert edge_store.retrieve(["p-1"])["p-1"].kind == "pattern"
+
+
 def test_a_pattern_the_person_deleted_is_not_brought_back_by_its_record_read_again(edge_store, embedder) -> None:
     """An audit: the same pattern.added record read again (a redelivery, an offset reset) after the person
     deleted the pattern stored it active again, with no status event saying so."""
@@ -112,9 +130,9 @@ def test_dates_keep_four_digit_years_so_strings_sort_in_time() -> None:
 def test_reads_never_strip_a_user_and_bound_the_cursor() -> None:
     with pytest.raises(ValueError, match="surrounding spaces"):
         reads.read_query({"user": "u-0007 "})
-    cursor = base64.urlsafe_b64encode(orjson.dumps({"o": 2**63})).decode()
-    with pytest.raises(ValueError, match="cursor"):
-        memories._offset(cursor)
+    cursor = base64.urlsafe_b64encode(orjson.dumps({"o": 2**63, "r": "t"})).decode()
+    with pytest.raises(ValueError, match="cursor is not one this API gave out"):
+        memories._offset(cursor, "t")
 
 
 def test_a_pattern_of_an_erased_user_is_dead_lettered_without_its_text(edge_store, embedder) -> None:
