@@ -293,6 +293,7 @@ def erase_user(store: MemoryStore, user: str, intent: str | None = None, at: Seq
     ids += [m.memory_id for m in store.scroll({"user_id": backup_user(user)}, with_features=False)]  # copies
     store.bury([gone_key(m.user_id, m.memory_id, m.text) for m in mine if m.text], now_iso())
     store.delete(ids)
+    store.release_claims(user)  # ids claimed for events that were then refused are the user's too
     store.flush()
     compact(store)
     return found

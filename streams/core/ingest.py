@@ -505,6 +505,17 @@ class Processor:
                 fresh.append((item, event))
             seen_events.setdefault(event.event_id, event)
             seen_memories.setdefault(event.memory_id, event)
+        # Stored by no one a moment ago: another worker may be storing the same id for another user right now.
+        taken = self.store.claim({e.memory_id: e.user_id for _, e in fresh}) if fresh else {}
+        if taken:
+            kept = []
+            for item, event in fresh:
+                if event.memory_id in taken:
+                    self._dead(result, item, "memory_id_conflict", f"memory_id {event.memory_id} belongs to another "
+                                                                   "user (stored by another worker at the same time)")
+                else:
+                    kept.append((item, event))
+            fresh = kept
         return fresh
 
     def _pattern_problem(self, event: MemoryAdded, stored: Memory | None) -> tuple[str, str, bool] | None:

@@ -291,6 +291,14 @@ class EdgeStore:
             db.execute("CREATE TABLE IF NOT EXISTS gone (key TEXT PRIMARY KEY, at TEXT NOT NULL)")
             db.executemany("INSERT OR REPLACE INTO gone VALUES (?, ?)", [(k, at) for k in keys])
 
+    def claim(self, owners: Mapping[str, str]) -> dict[str, str]:
+        """Nothing to claim: one process holds an embedded store, and ingest's check of what is stored sees every
+        earlier write (see ServerStore.claim)."""
+        return {}
+
+    def release_claims(self, user_id: str) -> None:
+        """No claims are kept here (see `claim`)."""
+
     def buried(self, keys: Sequence[str]) -> dict[str, str]:
         """Key -> when, for the keys `bury` was given."""
         path = os.path.join(self.path, TOMBSTONES)

@@ -24,6 +24,9 @@ from dreamstream.streams.store.base import (
     to_memory,
 )
 
+NO_USER = "\x00"
+"""A user id no memory can have (ids are printable): the claims' insert-only filter matches nothing."""
+
 
 @guarded
 class ServerStore:
@@ -47,6 +50,7 @@ class ServerStore:
             QdrantClient(url=url, api_key=api_key, check_compatibility=False)
         self.local = bool(location)
         self._graves = False
+        self._has_claims = False
         if not self.client.collection_exists(collection):
             try:
                 self.client.create_collection(
@@ -146,6 +150,54 @@ class ServerStore:
     def delete(self, memory_ids: Sequence[str]) -> None:
         if memory_ids:
             self.client.delete(self.collection, points_selector=[point_id(m) for m in memory_ids], wait=True)
+            if self._claimed():  # a hard delete or an erase frees the id
+                self.client.delete(self._claims, points_selector=[point_id(m) for m in memory_ids], wait=True)
+
+    @property
+    def _claims(self) -> str:
+        """`claim`'s collection: memory id -> the user who first stored it (no text)."""
+        return f"{self.collection}-ids"
+
+    def _claimed(self) -> bool:
+        if not self._has_claims:  # asked until it exists (it never goes): another worker may make it
+            self._has_claims = self.client.collection_exists(self._claims)
+        return self._has_claims
+
+    def claim(self, owners: Mapping[str, str]) -> dict[str, str]:
+        """Claims new memory ids (memory id -> user) before anything of them is written; returns those another
+        user holds (memory id -> that user). Ingest checks what is stored first, but two workers storing one id
+        for two users at once both found it free, and the second write replaced the first user's memory (a
+        point's id comes from the memory id alone). A claim is inserted only where none is (the server applies
+        writes in order), so of two at once one wins and the other reads the winner back. The same user's
+        claim again (a redelivery, a retry after a crash) is its own."""
+        if not owners:
+            return {}
+        m = self._m
+        if not self._claimed():
+            try:
+                self.client.create_collection(self._claims,
+                                              vectors_config=m.VectorParams(size=1, distance=m.Distance.DOT))
+                if not self.local:
+                    self.client.create_payload_index(self._claims, "user_id", m.PayloadSchemaType.KEYWORD)
+            except Exception:  # another worker made it first
+                if not self.client.collection_exists(self._claims):
+                    raise
+            self._has_claims = True
+        # Insert only: the filter matches no stored claim, so an existing one is never updated.
+        never = m.Filter(must=[m.FieldCondition(key="user_id", match=m.MatchValue(value=NO_USER))])
+        self.client.upsert(self._claims, wait=True, update_filter=never, points=[
+            m.PointStruct(id=point_id(mid), vector=[1.0], payload={"memory_id": mid, "user_id": user})
+            for mid, user in owners.items()])
+        held = self.client.retrieve(self._claims, ids=[point_id(mid) for mid in owners], with_payload=True)
+        return {str(r.payload["memory_id"]): str(r.payload["user_id"]) for r in held
+                if r.payload and owners.get(str(r.payload["memory_id"])) not in (None, r.payload["user_id"])}
+
+    def release_claims(self, user_id: str) -> None:
+        """An erased user's claims go with them (their ids free again, their user id gone from the server)."""
+        if self._claimed():
+            m = self._m
+            self.client.delete(self._claims, wait=True, points_selector=m.FilterSelector(filter=m.Filter(must=[
+                m.FieldCondition(key="user_id", match=m.MatchValue(value=user_id))])))
 
     @property
     def _graveyard(self) -> str:
@@ -179,8 +231,8 @@ class ServerStore:
         return {str(r.payload["key"]): str(r.payload["at"]) for r in records if r.payload}
 
     def drop(self) -> None:
-        """Deletes the collection and its tombstones (tests, benchmarks): what a fresh start needs."""
-        for name in (self.collection, self._graveyard):
+        """Deletes the collection, its tombstones and claims (tests, benchmarks): what a fresh start needs."""
+        for name in (self.collection, self._graveyard, self._claims):
             if self.client.collection_exists(name):
                 self.client.delete_collection(name)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import orjson
 import pytest
 
 from dreamstream.schemas.memory import Memory
@@ -114,3 +115,31 @@ def test_the_pipeline_and_a_crash_safe_change_end_the_same_on_every_backend(stor
     finally:
         reference.close()
     assert run(store) == want
+
+
+def test_a_memory_id_claimed_for_one_user_is_refused_to_another_at_the_same_time(store, embedder) -> None:
+    """An audit: two workers sharing a Qdrant server each found one memory id free for two users and both wrote
+    it; the second write replaced the first user's memory (a point's id comes from the memory id alone). Ingest
+    now claims new ids before it decides: of two at once one wins, the other is a memory_id_conflict. An embedded
+    store is one process's, where the stored check alone sees every earlier write."""
+    from dreamstream.streams.core.ingest import Incoming, Processor
+
+    if isinstance(store, EdgeStore):
+        assert store.claim({"x": "ana"}) == {} and store.claim({"x": "bob"}) == {}
+        return
+    assert store.claim({"x": "ana", "y": "ana"}) == {}
+    assert store.claim({"x": "bob", "z": "bob"}) == {"x": "ana"}  # bob's worker, a moment later
+    assert store.claim({"x": "ana"}) == {}  # ana's redelivery, or her retry after a crash
+    # Bob's worker is mid-batch with "w" (claimed, not yet written) when ana's event for "w" arrives.
+    assert store.claim({"w": "bob"}) == {}
+    raw = {"type": "memory.added", "event_id": "e-w", "memory_id": "w", "user_id": "ana",
+           "text": "Ana keeps bees.", "created_at": "2026-01-01T09:00:00Z"}
+    result = Processor(store, embedder).process([Incoming(raw=orjson.dumps(raw), topic="t", partition=0, offset=1,
+                                                          key=b"ana")])
+    assert [d["reason"] for d in result.dead_letters] == ["memory_id_conflict"]
+    assert store.retrieve(["w"]) == {}
+    # Freed ids: a hard delete (or an erase) lets the id be claimed again.
+    store.delete(["x"])
+    assert store.claim({"x": "bob"}) == {}
+    store.release_claims("ana")
+    assert store.claim({"y": "bob"}) == {}
