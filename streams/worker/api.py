@@ -51,7 +51,7 @@ from dreamstream.streams.worker.app import (
     settings,
 )
 from dreamstream.streams.worker.consolidation import access_event, accessed_topic
-from dreamstream.streams.worker.ingest import request_erase
+from dreamstream.streams.worker.ingest import EraseNotSent, request_erase
 from dreamstream.streams.worker.tables import settings_table
 
 log = logging.getLogger("dreamstream.api")
@@ -354,7 +354,10 @@ class UserView(View):
                                f"add ?confirm={user_id}")
         if (passed := await at_owner(request, user_id)) is not None:
             return passed  # type: ignore[no-any-return]
-        done = await request_erase(user_id, None, "api")
+        try:
+            done = await request_erase(user_id, None, "api")
+        except EraseNotSent as exc:
+            return _error(503, str(exc))  # type: ignore[no-any-return]
         return _json(done, status=200 if done["erased"] is True else 202)  # type: ignore[no-any-return]
 
 

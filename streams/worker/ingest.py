@@ -249,12 +249,31 @@ def forget_files(users: list[str]) -> None:
         runner.forget_runs(settings.store_dir, user)
 
 
+class EraseNotSent(Exception):
+    """The broker has not taken a `user.erase` record within DREAM_ERASE_WAIT_SECONDS: nothing is erased yet
+    (the API's 503). Its delivery goes on; asked again meanwhile, the same request is waited on, not sent twice."""
+
+
+SENDING: dict[str, tuple[str, asyncio.Future[None]]] = {}
+"""user -> (request, delivery) for an erase record the broker has not taken yet."""
+
+
+async def _send_erase(record: dict[str, Any], sent: str) -> None:
+    await deliver([(memory_added_topic, str(record["user_id"]).encode(), orjson.dumps(record))])
+    await on_store_thread(changes.write_durably, sent, b"")
+
+
 async def request_erase(user: str, request: str | None, issued_by: str) -> dict[str, Any]:
     """Erases one user through their partition of memory.added (the API's DELETE and `dream control erase`):
     ingest reads the `user.erase` record behind every add of the user sent before it, so nothing accepted
     earlier is stored afterwards, and publishes the audit event. Waits up to DREAM_ERASE_WAIT_SECONDS on the worker
-    holding the partition for the count; else says it is queued (the audit event names the request)."""
-    request = request or uuid.uuid4().hex
+    holding the partition for the count; else says it is queued (the audit event names the request). A broker
+    that does not take the record in that time is EraseNotSent (the API answered nothing for as long as the
+    broker was down, and a caller's retry wrote a second record)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + settings.erase_wait_seconds
+    pending = SENDING.get(user)
+    request = request or (pending[0] if pending is not None else uuid.uuid4().hex)
     erase_dir = os.path.join(settings.data_dir, "erase")
     done = ERASED.get(request)
     if done is None:  # a redelivered command whose erase ran already: sent again, it would erase later adds
@@ -265,21 +284,37 @@ async def request_erase(user: str, request: str | None, issued_by: str) -> dict[
     # a second record would take the adds the user makes before ingest reaches the first.
     sent = erase_sent(erase_dir, request)
     if not await on_store_thread(os.path.exists, sent):
-        record: dict[str, Any] = {"type": USER_ERASE, "event_id": f"erase-{request}", "user_id": user,
-                                  "request": request, "issued_by": issued_by, "created_at": now_iso()}
-        if settings.erase_key is not None:
-            record["signature"] = erase_signature(settings.erase_key, record)
-        await deliver([(memory_added_topic, user.encode(), orjson.dumps(record))])
-        await on_store_thread(changes.write_durably, sent, b"")
+        if pending is None or pending[0] != request:
+            record: dict[str, Any] = {"type": USER_ERASE, "event_id": f"erase-{request}", "user_id": user,
+                                      "request": request, "issued_by": issued_by, "created_at": now_iso()}
+            if settings.erase_key is not None:
+                record["signature"] = erase_signature(settings.erase_key, record)
+            delivery = asyncio.ensure_future(_send_erase(record, sent))
+            SENDING[user] = (request, delivery)
+            delivery.add_done_callback(lambda done: _sent(user, request, done))
+            pending = SENDING[user]
+        try:
+            await asyncio.wait_for(asyncio.shield(pending[1]), max(0.0, deadline - loop.time()))
+        except TimeoutError:
+            raise EraseNotSent(f"the broker has not taken the erase of {user} in {settings.erase_wait_seconds:g} s "
+                               f"(is Kafka up?): nothing is erased yet; request {request} is sent when it answers, "
+                               "and asking again meanwhile waits on it (never a second record)") from None
     await on_store_thread(runner.forget_plans, settings.data_dir, user)  # plans hold the user's texts
-    deadline = asyncio.get_running_loop().time() + settings.erase_wait_seconds
-    while request not in ERASED and asyncio.get_running_loop().time() < deadline:
+    while request not in ERASED and loop.time() < deadline:
         await asyncio.sleep(0.1)
     if request in ERASED:
         return {"user": user, "deleted": ERASED[request], "erased": True, "request": request}
     return {"user": user, "erased": "queued", "request": request,
             "detail": "behind the user's accepted events in memory.added; the erase audit event on "
                       "memory.status names this request when it is done"}
+
+
+def _sent(user: str, request: str, done: asyncio.Future[None]) -> None:
+    """An erase record's delivery ended (taken, or failed: then a new request sends it again)."""
+    if SENDING.get(user, ("",))[0] == request:
+        SENDING.pop(user, None)
+    if not done.cancelled() and done.exception() is not None:
+        log.warning("the erase record of %s (request %s) was not delivered: %s", user, request, done.exception())
 
 
 async def open_processor() -> Processor:

@@ -462,13 +462,17 @@ def test_an_add_while_the_broker_does_not_answer_is_a_503_and_a_resend_is_stored
         pytest.skip("the broker on the port is another checkout's: this test freezes only its own")
     pid = int(pidfile.read_text())
     assert b"kafka" in Path(f"/proc/{pid}/cmdline").read_bytes()  # the broker, not a process that took a stale pid
+    from dreamstream.streams.dev.localrun import consume_all
+
     w = WorkerProcess(kafka, f"api-slow-{uuid.uuid4().hex[:8]}", tmp_path, {"DREAM_API_TOKEN": TOKEN,
-                                                                             "DREAM_ADD_WAIT_SECONDS": "2"})
+                                                                             "DREAM_ADD_WAIT_SECONDS": "2",
+                                                                             "DREAM_ERASE_WAIT_SECONDS": "2"})
     w.start()
     try:
         with Client(url(w), token=TOKEN) as dream:
             first = dream.add("sid", "Sid plays the oboe.")
             dream.wait_for(first)
+            dream.wait_for(dream.add("tam", "Tam keeps a diary."))
             body = {"user_id": "sid", "text": "Sid sings in a choir.", "event_id": "e-sid-2", "memory_id": "m-sid-2"}
             os.kill(pid, signal.SIGSTOP)
             try:
@@ -477,8 +481,25 @@ def test_an_add_while_the_broker_does_not_answer_is_a_503_and_a_resend_is_stored
                     dream._call("POST", "/v1/memories", json=body)
                 assert down.value.status == 503 and "send it again with the same event_id" in down.value.message
                 assert time.monotonic() - started < 10
+                # An erase waited for the broker as long as it was down (an audit: 124 s), and a caller's retry
+                # wrote a second record. Now a 503 in DREAM_ERASE_WAIT_SECONDS, and a retry waits on the first.
+                started = time.monotonic()
+                requests = []
+                for _ in range(2):
+                    with pytest.raises(DreamAPIError) as erase_down:
+                        dream.delete_all("tam")
+                    assert erase_down.value.status == 503 and "nothing is erased yet" in erase_down.value.message
+                    requests.append(erase_down.value.message.split("request ")[1].split()[0])
+                assert time.monotonic() - started < 20 and requests[0] == requests[1]
             finally:
                 os.kill(pid, signal.SIGCONT)
+            deadline = time.monotonic() + 60
+            while dream.list("tam").memories and time.monotonic() < deadline:
+                time.sleep(0.5)
+            assert not dream.list("tam").memories  # the first record, sent once the broker answered, erased tam
+            erases = asyncio.run(consume_all(kafka, w.topics["added"], 2, timeout=10,
+                                             keep=lambda r: b'"user.erase"' in r.value and b'"tam"' in r.value))
+            assert len(erases) == 1
             again = dream._call("POST", "/v1/memories", json=body)
             assert again["accepted"][0]["memory_id"] == "m-sid-2"
             deadline = time.monotonic() + 60
