@@ -123,20 +123,54 @@ async def at_owner(request: Request, user: str) -> Any | None:
     # The path as the client sent it, still encoded: decoded, an id's %2F and .. named another route.
     raw = str(getattr(request, "raw_path", "") or request.url.raw_path_qs)
     url = URL(f"{owner.scheme}://{owner.host}:{owner.port}{raw}", encoded=True)
+    sent = Sent()
     try:
-        async with app.http_client.request(request.method, url, data=await request.read(),
-                                           headers={**headers, FORWARDED_BY: str(here)},
-                                           timeout=aiohttp.ClientTimeout(total=None, connect=5,
-                                                                         sock_read=FORWARD_READ_S)) as answer:
+        async with _forwarding().request(request.method, url, data=await request.read(),
+                                         headers={**headers, FORWARDED_BY: str(here)}, trace_request_ctx=sent,
+                                         timeout=aiohttp.ClientTimeout(total=None, connect=5,
+                                                                       sock_read=FORWARD_READ_S)) as answer:
             body = await answer.read()
             return aioweb.Response(body=body, status=answer.status, content_type=answer.content_type,
                                    headers={SERVED_BY: str(owner)})
-    except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:  # never reached it
+    except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
+        if sent.headers:  # a first try was sent (aiohttp retries an idempotent one whose connection dropped)
+            return _error(504, f"sent to the worker holding user {user}'s partition ({owner}), no answer came: it "
+                               f"may have been applied there ({type(exc).__name__})")
         return _error(503, f"could not reach the worker holding user {user}'s partition ({owner}); nothing was "
                            f"done: {type(exc).__name__}: {exc}")
     except (aiohttp.ClientError, TimeoutError) as exc:  # sent: the owner may have applied it
         return _error(504, f"sent to the worker holding user {user}'s partition ({owner}), no answer came: it "
                            f"may have been applied there ({type(exc).__name__})")
+
+
+class Sent:
+    """Per passed-on request: whether any try of it went out (a DELETE killed mid-answer was retried by
+    aiohttp on a new connection, and that retry's refused connect read as "nothing was done")."""
+
+    headers = False
+
+
+async def _on_sent(session: Any, context: Any, params: Any) -> None:
+    if isinstance(context.trace_request_ctx, Sent):
+        context.trace_request_ctx.headers = True
+
+
+_session: list[aiohttp.ClientSession] = []
+
+
+def _forwarding() -> aiohttp.ClientSession:
+    """The session requests are passed on with, traced so `at_owner` knows whether a try was sent."""
+    if not _session or _session[0].closed:
+        trace = aiohttp.TraceConfig()
+        trace.on_request_headers_sent.append(_on_sent)
+        _session[:] = [aiohttp.ClientSession(trace_configs=[trace])]
+    return _session[0]
+
+
+@app.on_before_shutdown.connect
+async def _close_forwarding(sender: Any, /, *args: Any, **kwargs: Any) -> None:
+    if _session and not _session[0].closed:
+        await _session[0].close()
 
 
 FORWARD_READ_S = 600.0

@@ -64,3 +64,44 @@ def test_an_unexpected_failure_is_one_line_of_json(monkeypatch: pytest.MonkeyPat
                                   (down, 503, b'{"error":"store unavailable: disk full"}')):
         response = asyncio.run(api.api_call(handler)(None, request("127.0.0.1")))
         assert response.status == status and response.body == text
+
+
+def test_a_passed_on_request_whose_owner_died_mid_answer_is_known_as_sent() -> None:
+    """An audit: a DELETE passed on to the owner, which wrote its erase record and was killed before it answered,
+    was retried by aiohttp on a new connection (an idempotent method); the refused connect read as "never
+    reached: nothing was done" (503), and the caller erased again. The forwarding session marks a request as
+    sent once any try went out, so `at_owner` answers 504 (it may have been applied)."""
+
+    import aiohttp
+
+    async def run() -> tuple[api.Sent, BaseException | None]:
+        got = asyncio.Event()
+
+        async def owner(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")  # the request arrived: applied, then the process dies
+            got.set()
+            writer.transport.abort()
+
+        server = await asyncio.start_server(owner, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        sent = api.Sent()
+
+        async def die() -> None:  # the owner is gone: the retry's connect is refused
+            await got.wait()
+            server.close()
+            await server.wait_closed()
+
+        stopper = asyncio.ensure_future(die())
+        error: BaseException | None = None
+        try:
+            async with api._forwarding().request("DELETE", f"http://127.0.0.1:{port}/v1/users/x?confirm=x",
+                                                 trace_request_ctx=sent):
+                pass
+        except (OSError, aiohttp.ClientError) as exc:
+            error = exc
+        await stopper
+        await api._forwarding().close()
+        return sent, error
+
+    sent, error = asyncio.run(run())
+    assert isinstance(error, aiohttp.ClientConnectorError) and sent.headers  # what read as "never reached"
