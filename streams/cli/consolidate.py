@@ -222,8 +222,9 @@ async def consolidate(user: str | None, app_id: str | None, auto: bool, dry_run:
     if schedule and (auto or dry_run or yes or each or light or full or hard_delete or retention_file):
         raise click.UsageError("--schedule registers a recurring --auto pass on the worker: it takes --user and "
                                "--app only")
-    if (light or full) and (hard_delete or retention_file or each or auto or yes):
-        raise click.UsageError("--light and --full take --user and --dry-run only")
+    if (light or full) and (hard_delete or retention_file or each or auto or yes or app_id):
+        # --app was accepted and ignored: a --full meant for one app merged the user's others too
+        raise click.UsageError("--light and --full take --user and --dry-run only (they run over all of a user's apps)")
     if as_json and not (dry_run or auto or light or full):
         raise click.UsageError("--json is for a run that asks nothing: --dry-run, --auto, --light or --full")
     if as_json and schedule:

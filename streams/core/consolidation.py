@@ -84,9 +84,13 @@ def make_plan(store: MemoryStore, user_id: str, app_id: str | None, retention: M
     """The plan for one scope and how many memories the scope holds (0: nothing to consolidate)."""
     memories = fetch_scope(store, user_id, app_id, progress)
     live = [m for m in memories if m.status in ("active", "superseded")]
+    # A restatement renews what it merged into whatever app said it: an app's pass read only its own, and
+    # pruned a chat note that a coding agent had said again last week.
+    merged = memories if app_id is None else list(store.scroll({"user_id": user_id, "status": "merged"},
+                                                               with_features=False))
     plan = cons.analyse(live, project=project_of(user_id, app_id), user_id=user_id, app_id=app_id,
                         judge=cons.pairwise(judge_from_settings(load())),
-                        now=now or cons.now_utc(), retention=retention, restated=cons.restated_at(memories))
+                        now=now or cons.now_utc(), retention=retention, restated=cons.restated_at(merged))
     return plan, len(live)
 
 
@@ -235,6 +239,15 @@ def prepare_pass(
             event(m, m.status, "expired", None, "consolidate_prune", extra)
             m.status = "expired"
         outcome.pruned += 1
+    # What was merged into a pruned memory is current again: a long-term fact that a session note absorbed was
+    # hidden for good behind the note when the note expired for its age (hidden only behind one not expired).
+    expired = {p.memory.memory_id for p in plan.prunes if touched[p.memory.memory_id].status == "expired"}
+    absorbed = sorted({c for x in expired for c in touched[x].merged_from} - set(touched))
+    for child in store.retrieve(absorbed).values():
+        if child.status == "merged" and child.merged_into in expired and child.user_id == plan.user_id:
+            c = touch(child)
+            event(c, c.status, "active", None, "consolidate_prune", {"released_from": c.merged_into})
+            c.status, c.merged_into = "active", None
     # A pattern quoting a fact this pass replaces or prunes would state it as current: retired with it (its undo
     # brings it back), as a supersede or a delete retires it.
     gone = {m.memory_id for m in touched.values() if m.status in ("superseded", "expired")}

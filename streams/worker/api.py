@@ -488,6 +488,9 @@ class ConsolidationsView(View):
             raise ValueError("app must be a non-empty string (or left out)")
         if body.get("dry_run") and mode == "auto":  # it would apply what the caller meant only to look at
             raise ValueError("auto with dry_run: a pass's dry run is mode dry_run (dry_run is for light and full)")
+        if mode in ("light", "full") and app_id is not None:  # it was ignored: a full pass merged every app's
+            raise ValueError(f"{mode} runs over all of a user's apps: leave app out (a pass, dry_run or auto, "
+                             "takes app)")
         if user and (passed := await at_owner(request, user)) is not None:
             return passed  # type: ignore[no-any-return]
         if mode in ("light", "full"):

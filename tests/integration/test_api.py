@@ -136,6 +136,9 @@ def test_http_errors_are_json_with_a_reason(worker: WorkerProcess) -> None:
     no = httpx.post(f"{url(worker)}/v1/consolidations", json={"user": "ana", "mode": "light", "dry_run": "no"},
                     headers=headers)
     assert no.status_code == 400 and no.json()["error"] == "dry_run must be true or false"
+    scoped = httpx.post(f"{url(worker)}/v1/consolidations", json={"user": "ana", "mode": "full", "app": "chat"},
+                        headers=headers)
+    assert scoped.status_code == 400 and "runs over all of a user's apps" in scoped.json()["error"]
     dots = httpx.post(f"{url(worker)}/v1/consolidations", json={"user": "../x", "mode": "light"}, headers=headers)
     assert dots.status_code == 400 and "user must be printable" in dots.json()["error"]
     # Erasing a user id no user can have waited 30 s, answered "queued", and was then dead-lettered.

@@ -366,6 +366,9 @@ def test_every_command_that_prints_data_has_json_for_machines(tmp_path: Path, em
     assert light.returncode == 0 and light.stdout.startswith("Light consolidation (dry run: no changes made): 12 ")
     as_json = json.loads(dream("consolidate", "--light", "--dry-run", "--json", "--store", store_dir).stdout)
     assert as_json["type"] == "light" and as_json["processed"] == 12
+    for mode in ("--light", "--full"):  # an audit: --app was taken and ignored (a --full merged every app's)
+        scoped = dream("consolidate", mode, "--user", "user-ana", "--app", "chat", "--dry-run", "--store", store_dir)
+        assert scoped.returncode == 2 and "they run over all of a user's apps" in scoped.stderr
     plan = json.loads(dream("consolidate", "--user", "user-ana", "--dry-run", "--json", "--store", store_dir).stdout)
     assert plan["project"] == "user-ana"
     asks = dream("consolidate", "--user", "user-ana", "--json", "--store", store_dir)

@@ -469,6 +469,50 @@ def test_an_approval_merges_a_held_pair_only_when_it_is_answered_apply(proc: Pro
     assert reply["merged_pairs"] == 1 and reply["held"] == len(made["merges"]) - 1
 
 
+def _dana(proc: Processor, fact_day: str) -> None:
+    """A chat session note (90-day retention) and a coding agent's long-term fact that ingest merged into it."""
+    from tests.helpers import line
+
+    events = [{"type": "memory.added", "event_id": "e-s1", "memory_id": "dana-sess", "user_id": "dana",
+               "app_id": "chat", "run_id": "r-1", "text": "My dog Rex is a 3-year-old golden retriever.",
+               "created_at": "2026-03-10T10:00:00Z", "metadata": {"type": "session_state"}},
+              {"type": "memory.added", "event_id": "e-f1", "memory_id": "dana-fact", "user_id": "dana",
+               "app_id": "coder", "text": "User has a dog named Rex.", "created_at": f"{fact_day}T10:00:00Z",
+               "metadata": {"type": "user_fact"}}]
+    assert not proc.process([Incoming(raw=line(e)) for e in events]).dead_letters
+    got = proc.store.retrieve(["dana-sess", "dana-fact"])
+    assert got["dana-fact"].status == "merged" and got["dana-fact"].merged_into == "dana-sess"
+
+
+def test_a_pruned_memory_gives_back_the_long_term_fact_merged_into_it(proc: Processor, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """An audit: a chat pass pruned a 90-day session note into which ingest had merged a coding agent's
+    long-term fact, and the fact vanished from every read but include_merged. What was merged into a pruned
+    memory is current again; the pass's undo merges it back."""
+    monkeypatch.setenv("DREAM_DATA_DIR", str(tmp_path / "data"))
+    _dana(proc, "2026-03-12")
+    reply, _ = runner.control(proc, "consolidate.run", {"user": "dana", "app": "chat", "mode": "auto"}, None)
+    got = proc.store.retrieve(["dana-sess", "dana-fact"])
+    assert reply["pruned"] == 1 and got["dana-sess"].status == "expired"
+    assert got["dana-fact"].status == "active" and got["dana-fact"].merged_into is None
+    assert [r["memory_id"] for r in reads.get(proc.store, "dana", "latest_only")] == ["dana-fact"]
+    proc.undo(reply["decision_id"])
+    got = proc.store.retrieve(["dana-sess", "dana-fact"])
+    assert (got["dana-sess"].status, got["dana-fact"].status) == ("active", "merged")
+    assert got["dana-fact"].merged_into == "dana-sess"
+
+
+def test_an_app_pass_counts_a_restatement_from_another_app_as_a_new_saying(proc: Processor, tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """An audit: the user-wide pass kept a March session note that a coding agent said again on 1 December, but
+    `--app chat` read only chat's memories and pruned it (and with it the restatement)."""
+    monkeypatch.setenv("DREAM_DATA_DIR", str(tmp_path / "data"))
+    _dana(proc, "2026-11-28")
+    for app in (None, "chat"):
+        plan, _ = runner.make_plan(proc.store, "dana", app, cons.DEFAULT_RETENTION, now=NOW)
+        assert plan.prunes == [], app
+
+
 def test_a_review_item_a_person_dismissed_is_not_proposed_again(proc: Processor) -> None:
     """`dream undo` on a review decision dismisses it ("these are two facts"); the next pass proposed the same pair
     again, and a schedule's reminder counted it on every run."""
