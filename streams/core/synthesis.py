@@ -209,6 +209,13 @@ def _evidence(state: SynthesisState, facts: Sequence[Memory]) -> tuple[list[Memo
     return out, main
 
 
+def _by_project(memories: Sequence[Memory]) -> dict[str | None, list[Memory]]:
+    groups: dict[str | None, list[Memory]] = defaultdict(list)
+    for m in memories:
+        groups[m.project_id].append(m)
+    return groups
+
+
 def run_memories(
     user_id: str,
     memories: Sequence[Memory],
@@ -270,11 +277,18 @@ def run_memories(
         # memories came back) means the reading has to be done again.
         record.reason = "unchanged"
         return record
+    project_of_id = {m.memory_id: m.project_id for m in evidence}
     if digest is not None and read_themes is not None:
         found_themes = syn.read_themes(evidence, embed, read_themes)
         record.themes_by, record.theme_fallback = ("llm", False) if found_themes is not None else ("offline", True)
     if found_themes is None:
-        found_themes = syn.find_themes(evidence, embed, judged_overlap()) if evidence else []
+        # Each project's evidence on its own: one pattern mixed two projects' memories under one project's
+        # label, and enabling one project reworded another's patterns (an audit).
+        found_themes = [t for group in _by_project(evidence).values()
+                        for t in syn.find_themes(group, embed, judged_overlap())]
+    else:  # a reader saw every enabled project at once: a theme across projects belongs to none of them
+        found_themes = [t for t in found_themes if len({project_of_id[m] for m in t.memory_ids
+                                                         if m in project_of_id}) <= 1]
     own_patterns = [p for p in patterns if p.user_id == user_id]
     themes = syn.match_existing(syn.not_declined(found_themes, own_patterns), patterns)
     existing = {p.memory_id: p for p in patterns}

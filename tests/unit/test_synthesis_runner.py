@@ -288,6 +288,24 @@ def test_disabling_one_project_leaves_its_patterns_and_a_pattern_carries_its_sou
     assert {p.memory_id for p in mine} <= {p.memory_id for p in patterns(edge_store)}
 
 
+def test_a_pattern_never_mixes_two_enabled_projects(edge_store: Any, embedder: Any, tmp_path: Path) -> None:
+    """An audit: with two projects enabled, one pattern quoted both projects' memories under one project's
+    label (and enabling one project reworded the other's patterns). Each project's evidence is read on its own."""
+    mixed = [{**e, "project_id": "p-b" if e["text"] in FITNESS[:2] else "p-a"} for e in events("u1")]
+    ingest(Processor(edge_store, embedder), mixed)
+    project = {e["memory_id"]: e["project_id"] for e in mixed}
+    state = runner.SynthesisState.load(tmp_path / "state.json")
+    runner.enable(state, "p-a", "2025-01-01T00:00:00Z")
+    run(edge_store, embedder, state)
+    alone = {p.memory_id: (p.text, sorted(p.sources)) for p in patterns(edge_store)}
+    assert alone  # p-a's own fitness memories still make a theme
+    runner.enable(state, "p-b", "2025-01-01T00:00:00Z")
+    run(edge_store, embedder, state, now="2025-04-10T00:00:00Z", force=True)
+    both = patterns(edge_store)
+    assert both and all({project[s] for s in p.sources} == {p.project_id} for p in both)
+    assert {p.memory_id: (p.text, sorted(p.sources)) for p in both if p.project_id == "p-a"} == alone
+
+
 def test_a_pattern_comes_back_with_the_undo_of_its_last_deleted_source_not_before(
         edge_store: Any, embedder: Any, tmp_path: Path) -> None:
     """Two of a pattern's sources deleted one after the other. Undoing the first brought the pattern back
