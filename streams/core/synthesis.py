@@ -193,12 +193,9 @@ def pattern_event(theme: syn.Theme, now: str, project_id: str | None = None,
 
 def _evidence(state: SynthesisState, facts: Sequence[Memory]) -> tuple[list[Memory], str | None]:
     """Eligible evidence from the enabled projects, each after its own boundary; and the main project."""
-    by_project: dict[str | None, list[Memory]] = defaultdict(list)
-    for m in facts:
-        by_project[m.project_id].append(m)
     out: list[Memory] = []
     counts: dict[str | None, int] = {}
-    for project_id, members in by_project.items():
+    for project_id, members in _by_project(facts).items():
         settings = state.project(project_id)
         if settings is None:
             continue
@@ -296,7 +293,6 @@ def run_memories(
     if record.theme_fallback:
         # The reader's patterns wait for the reader: the offline grouping neither rewrites nor retires them.
         themes = [t for t in themes if t.pattern_id not in read_before]
-    project_of = {m.memory_id: m.project_id for m in evidence}
     for theme in themes:
         old = existing.get(theme.pattern_id)
         if old is not None and old.status == "deleted":
@@ -325,7 +321,7 @@ def run_memories(
             record.patterns_written += 1
         else:
             record.patterns_updated += 1
-        members = Counter(project_of.get(mid) for mid in theme.memory_ids)
+        members = Counter(project_of_id.get(mid) for mid in theme.memory_ids)
         theme_project = max(members, key=lambda p: (members[p], p == project_id, p or ""), default=project_id)
         record.events.append(pattern_event(theme, now, theme_project, text_by))  # its own sources' project
     found = set(record.pattern_ids)

@@ -193,7 +193,7 @@ def test_a_users_control_commands_and_api_writes_run_on_the_worker_that_holds_th
         # The HTTP API's writes likewise: sent to the other worker, run by the owner and answered through it.
         other = next((m for m in decided if m.user_id != user), None)
         assert other is not None, "a second user the other worker holds"
-        answer = http(holder, "POST", f"/v1/decisions/{other.decisions[0]['decision_id']}/undo")
+        answer = http(holder, "POST", f"/v1/decisions/{other.decisions[0]['decision_id']}/undo?user={other.user_id}")
         assert answer.status == 200 and answer.headers.get("X-Dream-Served-By") == f"http://127.0.0.1:{owner.port}"
         assert orjson.loads(answer.read())["decision_id"] == other.decisions[0]["decision_id"]
         answer = http(holder, "DELETE", f"/v1/memories/{other.memory_id}?user={other.user_id}")
