@@ -17,7 +17,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import signal
 import sys
+import threading
 from typing import Any
 
 import click
@@ -39,11 +41,29 @@ from dreamstream.streams.cli.common import (
 )
 from dreamstream.streams.cli.control import request
 
+_INTERRUPTED: list[bool] = []
+"""Set by a Ctrl-C at a prompt: every later prompt answers as at the end of input (nothing applied)."""
+
 
 def _ask(prompt: str) -> str | None:
-    """One answer from stdin (a terminal or a pipe); None at end of input."""
+    """One answer from stdin (a terminal or a pipe); None at end of input, and after a Ctrl-C. asyncio.run's
+    own SIGINT handler only cancelled the command's task, which took effect after the blocking read: the ^C
+    was ignored and the next Enter applied the pass. Here a Ctrl-C ends the read at once."""
+    if _INTERRUPTED:
+        return None
     click.echo(prompt + " ", nl=False)
-    line = sys.stdin.readline()
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGINT) if main else None
+    if main:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        line = sys.stdin.readline()
+    except KeyboardInterrupt:
+        _INTERRUPTED.append(True)
+        line = ""
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, previous)
     if not line:
         click.echo()
         return None
