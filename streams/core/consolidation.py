@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import time
@@ -32,6 +33,8 @@ from dreamstream.streams.core.ingest import BatchResult, Processor, embed_with_f
 from dreamstream.streams.core.judges import judge_from_settings
 from dreamstream.streams.settings import load
 from dreamstream.streams.store import MemoryStore
+
+log = logging.getLogger("dreamstream.consolidation")
 
 Embed = Callable[[Sequence[str]], np.ndarray]
 Progress = Callable[[int], None]
@@ -673,25 +676,41 @@ def stats(store: MemoryStore, store_dir: str | None = None) -> dict[str, Any]:
             "by_kind": dict(by_kind), "by_type": dict(by_type), "last_runs": last_runs(store_dir)}
 
 
+RUNS_FILE = "consolidation-runs.json"
+
+
 def runs_file(store_dir: str) -> Path:
-    """Beside the store's folder, never inside it: that folder is Qdrant's shard."""
+    """Inside an embedded store's folder, as its status outbox (`changes.outbox_path`): it goes where the store
+    goes, and a read-only parent folder (a volume mounted at the store's path) failed every pass after it had
+    applied. A server store's is in DREAM_STATE_DIR."""
+    return Path(changes.outbox_path(store_dir, bool(load().qdrant_url))).with_name(RUNS_FILE)
+
+
+def _legacy_runs_file(store_dir: str) -> Path:
+    """Where an earlier version kept it: beside the store's folder."""
     p = Path(store_dir)
     return p.parent / f"{p.name}.consolidation-runs.json"
 
 
 def note_run(store_dir: str | None, summary: Mapping[str, Any]) -> None:
-    """Keeps the last run of each type (light, full, pass) beside the store for `dream stats`."""
+    """Keeps the last run of each type (light, full, pass) with the store for `dream stats`. Best effort: the run
+    has applied already, so a record that cannot be written is a warning, never the run's failure."""
     if not store_dir:
         return
     path = runs_file(store_dir)
     runs = last_runs(store_dir)
     runs[str(summary.get("type", "pass"))] = {**summary, "at": now_iso()}
-    os.makedirs(path.parent, exist_ok=True)
-    _write_runs(path, runs)
+    try:
+        os.makedirs(path.parent, exist_ok=True)
+        _write_runs(store_dir, runs)
+    except OSError as exc:
+        log.warning("the run applied, but its record for dream stats could not be written (%s): %s", path, exc)
 
 
-def _write_runs(path: Path, runs: Mapping[str, Any]) -> None:
-    path.write_text(json.dumps(runs, ensure_ascii=False, default=str), encoding="utf-8")
+def _write_runs(store_dir: str, runs: Mapping[str, Any]) -> None:
+    """The runs file written whole; an earlier version's file beside the store goes (it is read until then)."""
+    runs_file(store_dir).write_text(json.dumps(runs, ensure_ascii=False, default=str), encoding="utf-8")
+    _legacy_runs_file(store_dir).unlink(missing_ok=True)
 
 
 def forget_runs(store_dir: str | None, user: str) -> bool:
@@ -700,15 +719,16 @@ def forget_runs(store_dir: str | None, user: str) -> bool:
     mine = [kind for kind, run in runs.items() if isinstance(run, dict) and run.get("user") == user]
     if not store_dir or not mine:
         return False
-    _write_runs(runs_file(store_dir), {kind: run for kind, run in runs.items() if kind not in mine})
+    _write_runs(store_dir, {kind: run for kind, run in runs.items() if kind not in mine})
     return True
 
 
 def last_runs(store_dir: str | None) -> dict[str, Any]:
     if not store_dir:
         return {}
+    path = runs_file(store_dir)
     try:
-        loaded = json.loads(runs_file(store_dir).read_text(encoding="utf-8"))
+        loaded = json.loads((path if path.exists() else _legacy_runs_file(store_dir)).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     return loaded if isinstance(loaded, dict) else {}

@@ -138,13 +138,14 @@ def test_pause_resume_erase(worker: WorkerProcess) -> None:
     kept = [status_event(f"d-{who}", f"m-{who}", who, "active", "merged", None, "consolidate", {})
             for who in ("px", "py")]
     changes.keep_events(str(outbox), kept)
-    runs = worker.store_dir.parent / "store.consolidation-runs.json"
-    runs.write_text(json.dumps({"pass": {"type": "pass", "user": "px"}, "light": {"type": "light", "user": "py"}}))
+    legacy = worker.store_dir.parent / "store.consolidation-runs.json"  # where an earlier version kept it
+    legacy.write_text(json.dumps({"pass": {"type": "pass", "user": "px"}, "light": {"type": "light", "user": "py"}}))
+    runs = worker.store_dir / "consolidation-runs.json"
     rc, erased = dream_control(worker, "erase", "user=px", "--yes")
     assert rc == 0 and erased["details"]["deleted"] == 3 and erased["details"]["erased"] is True
     assert worker.read("user=px&include_merged=1")["memories"] == []
     assert [e["user_id"] for e in changes.kept_events(str(outbox))] == ["py"]
-    assert list(json.loads(runs.read_text())) == ["light"]
+    assert list(json.loads(runs.read_text())) == ["light"] and not legacy.exists()
     deadline = time.monotonic() + 30
     while {e["user"] for e in dream_control(worker, "schedule.list")[1]["details"]["schedules"]} != {"py"}:
         assert time.monotonic() < deadline, "the erased user's schedule stayed"

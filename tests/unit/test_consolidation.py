@@ -527,6 +527,23 @@ def test_an_app_pass_counts_a_restatement_from_another_app_as_a_new_saying(proc:
         assert plan.prunes == [], app
 
 
+def test_a_pass_keeps_its_run_record_inside_the_store_and_never_fails_over_it(tmp_path: Path) -> None:
+    """An audit: the runs record (`dream stats`' last runs) was written beside the store's folder, so with a
+    read-only parent (a volume mounted at the store's path) every pass applied and then failed. It lives in the
+    store's folder now, and a record that cannot be written is a warning, not the run's failure."""
+    store = tmp_path / "vol" / "store"
+    events = tmp_path / "e.jsonl"
+    events.write_text(json.dumps({"type": "memory.added", "event_id": "e-1", "memory_id": "r-1", "user_id": "rae",
+                                  "text": "Rae keeps bees.", "created_at": "2026-01-03T10:00:00Z"}) + "\n")
+    assert _dream("replay", str(events), store=store).returncode == 0
+    assert _dream("consolidate", "--light", store=store).returncode == 0
+    assert os.listdir(store.parent) == ["store"] and (store / runner.RUNS_FILE).exists()
+    assert "light" in runner.last_runs(str(store))
+    (store / runner.RUNS_FILE).unlink()
+    (store / runner.RUNS_FILE).mkdir()  # a record that cannot be written
+    runner.note_run(str(store), {"type": "light"})
+
+
 def test_a_review_item_a_person_dismissed_is_not_proposed_again(proc: Processor) -> None:
     """`dream undo` on a review decision dismisses it ("these are two facts"); the next pass proposed the same pair
     again, and a schedule's reminder counted it on every run."""
