@@ -183,7 +183,12 @@ async def finish_interrupted(store: Any, store_dir: str | None) -> None:
 
     events = changes.recover(store, grace_seconds=120.0 if settings.qdrant_url else 0.0)  # workers mid-write
     if events:
-        click.echo(f"finished an interrupted change ({len(events)} status events)", err=True)
+        # Named, with its undo: the id printed by the killed command was all that named it (a re-run printed its
+        # own pass's id, one that may change nothing, and `dream undo` of it found no decision).
+        finished = sorted({str(ev["decision_id"]) for ev in events})
+        undo = f" (undo it with: dream undo {finished[0]})" if len(finished) == 1 else ""
+        click.echo(f"finished an interrupted change ({len(events)} status events) of {', '.join(finished)}{undo}",
+                   err=True)
     events += changes.unsent_of_writers(store)
     events = list({changes.event_key(ev): ev for ev in events}.values())
     if events:
@@ -319,14 +324,16 @@ async def consolidate(user: str | None, app_id: str | None, auto: bool, dry_run:
             click.echo(cons.report_without_prompt(plan))
             click.echo("(dry run: no changes made)")
             return
-        applying = f"Applying: {len(plan.merges)} merges, {len(plan.prunes)} prunes (embedding merged texts)…"
+        def applying(chosen: Any) -> str:  # what will be applied, not what was proposed (--each declines some)
+            return f"Applying: {len(chosen.merges)} merges, {len(chosen.prunes)} prunes (embedding merged texts)…"
+
         pass_id = runner.new_pass_id(plan)
         # A hard-deleting pass may keep no record (deletions only): its undo line comes at the end, if any.
         started = f"pass {pass_id}" + ("" if hard_delete else f" (undo it with: dream undo {pass_id})")
         if auto:
-            note_stage(applying)
-            click.echo(started, err=True)
             sure, held = cons.unattended(plan)  # nobody answers: a merge that needs a person waits
+            note_stage(applying(sure))
+            click.echo(started, err=True)
             outcome, events = runner.apply_plan(store, shared_embedder(), sure, hard_delete=hard_delete,
                                                 reminder=True, pass_id=pass_id, held=held)
             click.echo(json.dumps({"mode": "auto", "line": cons.auto_line(plan.project, outcome),
@@ -348,9 +355,9 @@ async def consolidate(user: str | None, app_id: str | None, auto: bool, dry_run:
             if not go:
                 click.echo(cons.CANCELLED)
                 return
-            note_stage(applying)
-            click.echo(started, err=True)
             chosen, choices = cons.answer_plan(plan, answers)
+            note_stage(applying(chosen))
+            click.echo(started, err=True)
             # reminder: the scope's reminder says how many conflicts still wait (none answered by hand: it goes)
             outcome, events = runner.apply_plan(store, shared_embedder(), chosen, choices, hard_delete=hard_delete,
                                                 reminder=True, pass_id=pass_id,
@@ -365,6 +372,8 @@ async def consolidate(user: str | None, app_id: str | None, auto: bool, dry_run:
                          "to them (their text is kept; `kept: linked` in their status events).")
         if outcome.decision_id and (outcome.merged_pairs or outcome.pruned or outcome.resolved or outcome.reminder_id):
             notes.append(f"Undo this pass: dream undo {outcome.decision_id}")
+        elif not hard_delete and not events:  # the id printed at its start names no decision: say so
+            notes.append(f"pass {pass_id} changed nothing: there is nothing to undo")
         for line in notes:
             click.echo(line, err=as_json)  # with --json stdout is the one JSON object
         note = await publish_events(events, store_dir)

@@ -59,6 +59,18 @@ def synthesis(action: str, project: str | None, boundary: str | None,
             f"store {store_dir or settings.store_dir} is in use by {holder}: the worker keeps its own synthesis "
             "settings; use `dream control synthesis.enable [project=P]` (or synthesis.disable, settings.show)")
     key = project or runner.DEFAULT_PROJECT
+    try:
+        _settle(action, state, project, boundary, key, grouping, as_json)
+    except OSError as exc:  # a read-only or full store: one line, as every other command says it
+        raise click.ClickException(f"the store cannot write its synthesis settings ({state.path}): "
+                                   f"{exc.strerror or exc}") from exc
+
+
+def _settle(action: str, state: Any, project: str | None, boundary: str | None, key: str, grouping: str,
+            as_json: bool) -> None:
+    """`synthesis enable|disable|status` once the store is known to be this command's."""
+    from dreamstream.streams.core import synthesis as runner
+
     if action == "enable":
         s = runner.enable(state, project, boundary)
         if as_json:

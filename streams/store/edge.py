@@ -70,6 +70,38 @@ def _finish_compaction(path: str) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
+MEMORY_FILE_SYSTEMS = frozenset({"tmpfs", "ramfs", "shm"})
+
+
+def _memory_backed(path: str) -> bool:
+    """Whether `path` is on a memory-backed file system (by the longest mount point above it in /proc/mounts)."""
+    real = os.path.realpath(path)
+    try:
+        with open("/proc/mounts", encoding="utf-8") as f:
+            mounts = [line.split()[:3] for line in f if len(line.split()) >= 3]
+    except OSError:  # not Linux: no such file system known
+        return False
+    best, kind = "", ""
+    for _dev, point, fstype in mounts:
+        point = point.replace("\\040", " ")
+        if (real == point or real.startswith(point.rstrip("/") + "/")) and len(point) > len(best):
+            best, kind = point, fstype
+    return kind in MEMORY_FILE_SYSTEMS
+
+
+def _holes(path: str) -> int:
+    """Bytes the store's files reach past the blocks they hold (sparse files the engine maps)."""
+    total = 0
+    for folder, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                st = os.stat(os.path.join(folder, name))
+            except OSError:
+                continue
+            total += max(0, st.st_size - st.st_blocks * 512)
+    return total
+
+
 @guarded
 class EdgeStore:
     """The embedded backend: a qdrant-edge shard in a local folder, owned by one process at a time.
@@ -87,6 +119,7 @@ class EdgeStore:
         self.min_free_bytes = min_free_bytes
         os.makedirs(self.path, exist_ok=True)
         self._files_checked = 0.0
+        self._in_memory = _memory_backed(self.path)
         self._writable(every_file=True)
         self._free("opening it (the engine writes its log even to read)")
         self._lock = _take_lock(self.path, owner or f"pid {os.getpid()} ({os.path.basename(sys.argv[0]) or 'python'})")
@@ -160,9 +193,13 @@ class EdgeStore:
         """StoreError unless the disk has min_free_bytes: the engine maps its files, and a mapped write
         past a full disk kills the process with SIGBUS (creating or loading a store on one did)."""
         free = shutil.disk_usage(self.path).free
-        if free < self.min_free_bytes:
+        # On a memory-backed file system the engine's maps fill their files' holes as they are opened (a small
+        # store's 14 MB became 87, and a read died of SIGBUS with more than the floor free): those count too.
+        holes = _holes(self.path) if self._in_memory else 0
+        if free < self.min_free_bytes + holes:
+            mapped = f" and {holes // 2**20} MiB its files may still take on this tmpfs" if holes else ""
             raise StoreError(f"disk nearly full: {free // 2**20} MiB free under {self.path}, {what} needs "
-                             f"{self.min_free_bytes // 2**20} MiB (DREAM_MIN_FREE_MB)")
+                             f"{self.min_free_bytes // 2**20} MiB (DREAM_MIN_FREE_MB){mapped}")
 
     def upsert(self, memories: Sequence[Memory]) -> None:
         if not memories:

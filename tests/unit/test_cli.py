@@ -491,3 +491,16 @@ def test_a_hard_deleting_pass_says_what_it_deleted_and_offers_no_undo_it_cannot_
     assert any(b"Jo lives in Galway" in p.read_bytes() for p in files)
     compacted = dream("compact", "--store", store)
     assert compacted.returncode == 0 and "1 memories kept" in compacted.stdout
+
+
+def test_synthesis_settings_a_store_cannot_write_are_one_line(tmp_path: Path, embedder: Any) -> None:
+    """An audit: `dream synthesis enable` on a read-only store printed `Error: OSError: [Errno 30] ...` where every
+    other command says in one line that the store cannot write."""
+    from dreamstream.streams.store import EdgeStore
+
+    store_dir = tmp_path / "store"
+    EdgeStore(store_dir).close()
+    (store_dir / "synthesis_state.json.tmp").mkdir()  # the settings' next write fails, as on a read-only disk
+    out = dream("synthesis", "enable", "--store", str(store_dir))
+    assert out.returncode == 1 and out.stderr.startswith("Error: the store cannot write its synthesis settings")
+    assert len(out.stderr.strip().splitlines()) == 1

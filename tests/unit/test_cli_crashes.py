@@ -8,6 +8,7 @@ is `DREAM_FAULT_UNWRITABLE`. No broker is reachable (status events go to the sto
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -97,7 +98,9 @@ def test_a_replay_finishes_a_killed_pass_before_it_ingests(tmp_path: Path, embed
     (tmp_path / "late.jsonl").write_bytes(orjson.dumps(event) + b"\n")
     out = dream("replay", str(tmp_path / "late.jsonl"), "--store", store)
     assert out.returncode == 0, out.stderr
-    assert "finished an interrupted change" in out.stderr
+    # The killed pass is named with its undo (the id printed by the killed command was all that named it).
+    pass_id = re.search(r"pass (cons-[0-9a-f]+)", killed.stderr).group(1)  # type: ignore[union-attr]
+    assert "finished an interrupted change (" in out.stderr and f"(undo it with: dream undo {pass_id})" in out.stderr
     after = links(store)
     assert not any(v[5] for v in after.values()) and after["late-1"][0] == "active"
     canonical = [k for k, v in after.items() if v[2]]

@@ -287,6 +287,12 @@ def test_a_held_merge_is_asked_on_its_own_and_enter_leaves_it(tmp_path: Path) ->
         assert done.returncode == 0, done.stderr
         return done.stdout
 
+    # An unattended pass with only held merges stores a reminder; run again it changes nothing, and says so
+    # (it printed an undo line for a pass id that names no decision).
+    for auto in range(2):
+        done = subprocess.run([DREAM, "consolidate", "--user", "carla", "--auto", "--store", str(store)], env=env,
+                              capture_output=True, text=True, timeout=180)
+        assert done.returncode == 0 and ("changed nothing: there is nothing to undo" in done.stdout) == bool(auto)
     first = run("\n\n\n")  # Enter at each held merge, then at Apply
     assert first.count("Merge these? [y/N]") == 2
     texts = [r["text"] for r in map(json.loads, _dream("get", "--user", "carla", "--json", store=store)

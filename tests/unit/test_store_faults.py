@@ -199,3 +199,25 @@ def test_a_server_collection_gets_its_missing_payload_indexes_on_open(qdrant_url
     finally:
         first.client.delete_collection(name)
         first.close()
+
+
+def test_on_a_memory_backed_file_system_the_floor_counts_the_holes_the_maps_fill(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An audit: on a tmpfs with more than DREAM_MIN_FREE_MB free, a plain `dream get` died of SIGBUS: opening the
+    store filled its sparse files (14 MB became 87). There the floor counts those holes too; on a disk it does not
+    (a read of a hole allocates nothing there)."""
+    import shutil
+
+    from dreamstream.streams.store import edge
+
+    path = tmp_path / "store"
+    EdgeStore(path).close()
+    holes = edge._holes(str(path))
+    assert holes > 32 * 2**20  # the engine's files are mostly holes when new
+    floor = shutil.disk_usage(tmp_path).free - holes // 2
+    EdgeStore(path, min_free_bytes=floor).close()
+    monkeypatch.setattr(edge, "_memory_backed", lambda _path: True)
+    with pytest.raises(StoreError, match="may still take on this tmpfs"):
+        EdgeStore(path, min_free_bytes=floor)
+    shm = [line.split()[2] for line in Path("/proc/mounts").read_text().splitlines() if line.split()[1] == "/dev/shm"]
+    assert edge._memory_backed("/dev/shm") == (shm[-1:] == ["tmpfs"])
