@@ -247,6 +247,8 @@ async def consolidate(user: str | None, app_id: str | None, auto: bool, dry_run:
     if schedule and (auto or dry_run or yes or each or light or full or hard_delete or retention_file):
         raise click.UsageError("--schedule registers a recurring --auto pass on the worker: it takes --user and "
                                "--app only")
+    if app_id is not None and not app_id.strip():  # an unset variable: it ran over every app
+        raise click.UsageError("--app is empty: name an app, or leave --app out")
     if (light or full) and (hard_delete or retention_file or each or auto or yes or app_id):
         # --app was accepted and ignored: a --full meant for one app merged the user's others too
         raise click.UsageError("--light and --full take --user and --dry-run only (they run over all of a user's apps)")

@@ -245,6 +245,7 @@ class MemoriesView(View):
             taken = None
         if taken:  # ingest would dead-letter it: say so now, not after a 202 and a wait that never ends
             return _error(409, taken)  # type: ignore[no-any-return]
+        await _forget_freed(events)
         clash = _reserve(events)  # no await between this check and the reservation: concurrent adds see it
         if clash:
             return _error(409, clash)  # type: ignore[no-any-return]
@@ -290,6 +291,23 @@ dead-lettered one after its 202. Per worker: adds through other workers are chec
 def _held(event: dict[str, Any]) -> tuple[str, str]:
     """The keys an accepted event holds in ACCEPTED: its memory id and its event id."""
     return f"m\x1f{event['memory_id']}", f"e\x1f{event['event_id']}"
+
+
+async def _forget_freed(events: list[dict[str, Any]]) -> None:
+    """Drops the ACCEPTED entries these events clash with whose memory was stored and then removed for good (a
+    hard delete, an erase: its digest is among the store's tombstones, on whichever worker removed it): the id is
+    free again, and was refused as "just accepted" for five minutes."""
+    held = {f"m\x1f{e['memory_id']}": e["memory_id"] for e in events}
+    clashes = {key: (mid, *ACCEPTED[key]) for key, mid in held.items() if key in ACCEPTED}
+    if not clashes:
+        return
+    digests = {changes.gone_key(user, mid, text): key for key, (mid, user, text) in clashes.items()}
+    try:
+        gone = await asyncio.wait_for(on_store_thread((await processor()).store.buried, list(digests)), 2.0)
+    except Exception:  # noqa: BLE001 - best effort, as the stored check: ingest decides in the end
+        return
+    for digest in gone:
+        ACCEPTED.pop(digests[digest], None)
 
 
 def _reserve(events: list[dict[str, Any]]) -> str | None:

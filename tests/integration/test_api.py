@@ -362,6 +362,18 @@ def test_delete_undo_and_erase_over_http_with_their_status_events(worker: Worker
     assert ("delete", "deleted") in mine and ("undo", "active") in mine and ("erase", "erased") in mine
 
 
+def test_an_id_freed_by_a_hard_delete_is_taken_again_at_once(worker: WorkerProcess) -> None:
+    """A re-audit: after a hard delete (or an erase) the freed id was refused for five minutes as "just accepted as
+    another memory" (the worker's cache of recent adds), although the docs say new words under a freed id are
+    stored."""
+    with Client(url(worker), token=TOKEN) as dream:
+        first = dream.add("ivy", "Ivy grows tomatoes.", memory_id="freed-1")
+        dream.wait_for(first)
+        dream.delete("freed-1", "ivy", hard=True)
+        again = dream.add("jon", "Jon collects stamps.", memory_id="freed-1")
+        assert dream.wait_for(again).text == "Jon collects stamps."
+
+
 def test_update_keeps_the_old_version_as_history_and_undo_reverts_it(worker: WorkerProcess) -> None:
     with Client(url(worker), token=TOKEN) as dream:
         old = dream.add("hal", "Hal works at Acme.", metadata={"type": "user_fact", "team": "infra"})

@@ -369,6 +369,9 @@ def test_every_command_that_prints_data_has_json_for_machines(tmp_path: Path, em
     for mode in ("--light", "--full"):  # an audit: --app was taken and ignored (a --full merged every app's)
         scoped = dream("consolidate", mode, "--user", "user-ana", "--app", "chat", "--dry-run", "--store", store_dir)
         assert scoped.returncode == 2 and "they run over all of a user's apps" in scoped.stderr
+    for mode in ("--light", "--dry-run"):  # an empty --app (an unset variable) ran over every app
+        empty = dream("consolidate", mode, "--user", "user-ana", "--app", "", "--store", store_dir)
+        assert empty.returncode == 2 and "--app is empty" in empty.stderr
     plan = json.loads(dream("consolidate", "--user", "user-ana", "--dry-run", "--json", "--store", store_dir).stdout)
     assert plan["project"] == "user-ana"
     asks = dream("consolidate", "--user", "user-ana", "--json", "--store", store_dir)
