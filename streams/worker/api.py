@@ -298,7 +298,7 @@ async def _forget_freed(events: list[dict[str, Any]]) -> None:
     hard delete, an erase: its digest is among the store's tombstones, on whichever worker removed it): the id is
     free again, and was refused as "just accepted" for five minutes."""
     held = {f"m\x1f{e['memory_id']}": e["memory_id"] for e in events}
-    clashes = {key: (mid, *ACCEPTED[key]) for key, mid in held.items() if key in ACCEPTED}
+    clashes = {key: (mid, *got) for key, mid in held.items() if (got := ACCEPTED.get(key)) is not None}
     if not clashes:
         return
     digests = {changes.gone_key(user, mid, text): key for key, (mid, user, text) in clashes.items()}
