@@ -49,8 +49,7 @@ class ServerStore:
         self.client = QdrantClient(location=location) if location else \
             QdrantClient(url=url, api_key=api_key, check_compatibility=False)
         self.local = bool(location)
-        self._graves = False
-        self._has_claims = False
+        self._made: set[str] = set()
         if not self.client.collection_exists(collection):
             try:
                 self.client.create_collection(
@@ -150,7 +149,7 @@ class ServerStore:
     def delete(self, memory_ids: Sequence[str]) -> None:
         if memory_ids:
             self.client.delete(self.collection, points_selector=[point_id(m) for m in memory_ids], wait=True)
-            if self._claimed():  # a hard delete or an erase frees the id
+            if self._has(self._claims):  # a hard delete or an erase frees the id
                 self.client.delete(self._claims, points_selector=[point_id(m) for m in memory_ids], wait=True)
 
     @property
@@ -158,10 +157,28 @@ class ServerStore:
         """`claim`'s collection: memory id -> the user who first stored it (no text)."""
         return f"{self.collection}-ids"
 
-    def _claimed(self) -> bool:
-        if not self._has_claims:  # asked until it exists (it never goes): another worker may make it
-            self._has_claims = self.client.collection_exists(self._claims)
-        return self._has_claims
+    def _has(self, name: str) -> bool:
+        """Whether a side collection (tombstones, claims) is there: asked until it is (it never goes, and another
+        worker may make it)."""
+        if name not in self._made:
+            if not self.client.collection_exists(name):
+                return False
+            self._made.add(name)
+        return True
+
+    def _make(self, name: str, index: str | None = None) -> None:
+        """A side collection of one-number points, made unless it is there (another worker may make it first)."""
+        if self._has(name):
+            return
+        m = self._m
+        try:
+            self.client.create_collection(name, vectors_config=m.VectorParams(size=1, distance=m.Distance.DOT))
+            if index and not self.local:  # local mode ignores payload indexes
+                self.client.create_payload_index(name, index, m.PayloadSchemaType.KEYWORD)
+        except Exception:  # another worker made it first
+            if not self.client.collection_exists(name):
+                raise
+        self._made.add(name)
 
     def claim(self, owners: Mapping[str, str]) -> dict[str, str]:
         """Claims new memory ids (memory id -> user) before anything of them is written; returns those another
@@ -173,16 +190,7 @@ class ServerStore:
         if not owners:
             return {}
         m = self._m
-        if not self._claimed():
-            try:
-                self.client.create_collection(self._claims,
-                                              vectors_config=m.VectorParams(size=1, distance=m.Distance.DOT))
-                if not self.local:
-                    self.client.create_payload_index(self._claims, "user_id", m.PayloadSchemaType.KEYWORD)
-            except Exception:  # another worker made it first
-                if not self.client.collection_exists(self._claims):
-                    raise
-            self._has_claims = True
+        self._make(self._claims, index="user_id")
         # Insert only: the filter matches no stored claim, so an existing one is never updated.
         never = m.Filter(must=[m.FieldCondition(key="user_id", match=m.MatchValue(value=NO_USER))])
         self.client.upsert(self._claims, wait=True, update_filter=never, points=[
@@ -194,7 +202,7 @@ class ServerStore:
 
     def release_claims(self, user_id: str) -> None:
         """An erased user's claims go with them (their ids free again, their user id gone from the server)."""
-        if self._claimed():
+        if self._has(self._claims):
             m = self._m
             self.client.delete(self._claims, wait=True, points_selector=m.FilterSelector(filter=m.Filter(must=[
                 m.FieldCondition(key="user_id", match=m.MatchValue(value=user_id))])))
@@ -209,13 +217,7 @@ class ServerStore:
         if not keys:
             return
         m = self._m
-        if not self.client.collection_exists(self._graveyard):
-            try:
-                self.client.create_collection(self._graveyard,
-                                              vectors_config=m.VectorParams(size=1, distance=m.Distance.DOT))
-            except Exception:  # another worker made it first
-                if not self.client.collection_exists(self._graveyard):
-                    raise
+        self._make(self._graveyard)
         self.client.upsert(self._graveyard, wait=True, points=[
             m.PointStruct(id=point_id(k), vector=[1.0], payload={"key": k, "at": at}) for k in keys])
 
@@ -223,10 +225,8 @@ class ServerStore:
         """Key -> when, for the keys `bury` was given."""
         if not keys:
             return {}
-        if not self._graves:  # asked once it exists (it never goes), else each time: another worker may make it
-            self._graves = self.client.collection_exists(self._graveyard)
-            if not self._graves:
-                return {}
+        if not self._has(self._graveyard):
+            return {}
         records = self.client.retrieve(self._graveyard, ids=[point_id(k) for k in keys], with_payload=True)
         return {str(r.payload["key"]): str(r.payload["at"]) for r in records if r.payload}
 
@@ -235,6 +235,7 @@ class ServerStore:
         for name in (self.collection, self._graveyard, self._claims):
             if self.client.collection_exists(name):
                 self.client.delete_collection(name)
+        self._made.clear()
 
     def flush(self) -> None:
         """The server persists on its own; nothing to do."""
