@@ -20,7 +20,7 @@ import re
 import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import partial
+from functools import lru_cache, partial
 from typing import Literal, Protocol
 
 import numpy as np
@@ -76,10 +76,12 @@ _TRIVIAL_MARKS = frozenset(".,;:!?'\"¡¿…·、。，；：！？")
 """Sentence punctuation that does not either (unlike "-" of -5, "#" of C#, "%", "/", "&", "@")."""
 
 
+@lru_cache(maxsize=8192)
 def _norm(text: str) -> str:
     """The text for the exact-duplicate rule: case, spacing and punctuation (but a minus sign) do not count;
     every letter of any script, digit, symbol and emoji does. ASCII word tokens made every Cyrillic or Chinese
-    text "" (two different facts one duplicate), "-5 degrees" equal to "5", "I love 🍕" to "I love 🍣"."""
+    text "" (two different facts one duplicate), "-5 degrees" equal to "5", "I love 🍕" to "I love 🍣".
+    Kept per text: a stored memory meets many new ones (it was a sixth of the rules' time)."""
     out = []
     for ch in unicodedata.normalize("NFKC", text).casefold():
         if ch.isspace() or unicodedata.category(ch) in _TRIVIAL or ch in _TRIVIAL_MARKS:

@@ -175,6 +175,22 @@ def test_thresholds_act_only_above_calibration() -> None:
     assert j.verdict(old, ruled, row).relation == "review_replaces"
 
 
+def test_a_pairs_cross_encoder_score_is_its_own() -> None:
+    """Read beside other pairs (and their padding), a pair's int8 scores moved by up to 0.024: a verdict
+    depended on which other memories were candidates, and calibration (one large batch) on other scores
+    than ingest (a few pairs a call)."""
+    cross = judge_model.load_cross()
+    assert cross is not None
+    pair = ("I live in Oslo.", "(later) I moved to Bergen last spring.")
+    others = [("My sister's partner runs a small bakery near the old harbour and bakes rye bread every "
+               "morning before dawn.", "(same conversation) The bakery also sells cinnamon buns on weekends."),
+              ("Prefers tea.", "(later) Drinks coffee now.")]
+    alone = cross([pair])[0]
+    for mates in ([pair, *others], [*others, pair]):
+        beside = cross(mates)[mates.index(pair)]
+        assert np.abs(alone - beside).max() < 1e-5
+
+
 def test_the_cross_encoder_reads_only_the_pairs_the_head_leaves_open() -> None:
     head = np.array([[0.95, 0, 0, 0, 0, 0.05], [0.3, 0, 0, 0, 0, 0.7]])
     asked: list[list[tuple[str, str]]] = []
