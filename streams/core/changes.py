@@ -18,6 +18,7 @@ before step 1 leaves nothing. Fault points (streams/faults.py) sit after each wr
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -30,6 +31,8 @@ from dreamstream.schemas.events import now_iso
 from dreamstream.schemas.memory import Memory
 from dreamstream.streams import faults
 from dreamstream.streams.store import MemoryStore
+
+log = logging.getLogger(__name__)
 
 DELETE = "$delete"
 """The pending entry of a memory the change deletes (a field name no payload uses)."""
@@ -311,10 +314,35 @@ OUTBOX_FILE = "status-outbox.jsonl"
 
 def outbox_path(store_dir: str, server: bool) -> str:
     """Where a command keeps the status events no broker took: inside an embedded store, so they go where the
-    store goes (a backup, a move) and an erase finds them; beside a server store's synthesis state else."""
+    store goes (a backup, a move) and an erase finds them; beside a server store's synthesis state else.
+    An earlier version's file, beside the store's folder, is taken in first (`adopt_legacy_outbox`)."""
     if server:
-        return os.path.join(os.environ.get("DREAM_STATE_DIR", os.path.join("var", "state")), OUTBOX_FILE)
-    return os.path.join(store_dir, OUTBOX_FILE)
+        path = os.path.join(os.environ.get("DREAM_STATE_DIR", os.path.join("var", "state")), OUTBOX_FILE)
+    else:
+        path = os.path.join(store_dir, OUTBOX_FILE)
+    adopt_legacy_outbox(store_dir, path)
+    return path
+
+
+def adopt_legacy_outbox(store_dir: str, path: str) -> int:
+    """Moves the events an earlier version kept beside the store's folder (`<parent>/status-outbox.jsonl`,
+    which nothing read after an upgrade: a pass's events were never sent, its undo's were) ahead of those at
+    `path`, then removes that file; returns how many moved. Best effort: a folder it cannot write leaves
+    the old file as it was, to be taken next time."""
+    legacy = os.path.join(os.path.dirname(os.path.abspath(store_dir)), OUTBOX_FILE)
+    if not store_dir or os.path.abspath(path) == legacy or not os.path.exists(legacy):
+        return 0
+    old = kept_events(legacy)
+    try:
+        if old:
+            _write_events(path, [*old, *kept_events(path)])
+        os.remove(legacy)
+    except OSError as exc:
+        log.warning("could not take in the status events an earlier version kept in %s: %s", legacy, exc)
+        return 0
+    if old:
+        log.warning("took in %d status events an earlier version kept in %s; they are sent first", len(old), legacy)
+    return len(old)
 
 
 def kept_events(path: str) -> list[dict[str, Any]]:

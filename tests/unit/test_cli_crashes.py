@@ -58,6 +58,26 @@ def links(path: str) -> dict[str, tuple[Any, ...]]:
         store.close()
 
 
+def test_status_events_an_earlier_version_kept_beside_the_store_are_sent_first(tmp_path: Path, embedder: Any) -> None:
+    """Earlier versions kept unsent status events in `status-outbox.jsonl` beside the store's folder, which
+    nothing read after an upgrade (an upgrade audit: a pass's events were never sent, its undo's were)."""
+    from dreamstream.schemas.events import status_event
+
+    clean = seed(tmp_path / "store", memories(embedder, NEAR_REPEATS, user="noor", app=None))
+    legacy = tmp_path / "status-outbox.jsonl"
+    older = [status_event(f"d-old-{i}", f"m-old-{i}", "noor", "active", "expired", None, "consolidate_prune", {})
+             for i in range(2)]
+    legacy.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in older))
+    ran = dream("consolidate", "--full", "--user", "noor", "--store", clean)
+    assert ran.returncode == 0, ran.stderr
+    kept = changes.kept_events(f"{clean}/status-outbox.jsonl")
+    merged = sum(1 for v in links(clean).values() if v[0] == "merged")
+    assert merged >= 2 and len(kept) == merged + 2
+    assert [e["decision_id"] for e in kept[:2]] == ["d-old-0", "d-old-1"]  # the older ones first
+    assert f"no broker reachable: {merged + 2} status events kept in {clean}/status-outbox.jsonl" in ran.stderr
+    assert not legacy.exists()
+
+
 def test_full_consolidation_killed_then_run_again_ends_as_one_clean_run(tmp_path: Path, embedder: Any) -> None:
     rows = memories(embedder, NEAR_REPEATS, user="noor", app=None)
     clean = seed(tmp_path / "clean", rows)
