@@ -11,6 +11,7 @@ import logging
 import os
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,16 +89,44 @@ async def committed_on_broker(tp: Any) -> int | None:
     over records Faust would not fetch again (4 of about 44 restarts stalled so)."""
     part = TopicPartition(tp.topic, tp.partition)
     try:
-        if "committed_probe" not in _runtime:
-            probe = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap_servers, group_id=app.conf.id,
-                                     enable_auto_commit=False, **settings.kafka.aiokafka_kwargs())
-            await probe.start()
-            _runtime["committed_probe"] = probe
-        offset = await asyncio.wait_for(_runtime["committed_probe"].committed(part), timeout=10)
+        offset = await asyncio.wait_for((await _probe()).committed(part), timeout=10)
     except Exception as exc:
         log.warning("could not ask the broker for the committed offset of %s-%d: %s", tp.topic, tp.partition, exc)
         return None
     return None if offset is None else int(offset)
+
+
+async def _probe() -> AIOKafkaConsumer:
+    """A consumer of the worker's group that never joins it: asks the broker for offsets."""
+    if "committed_probe" not in _runtime:
+        probe = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap_servers, group_id=app.conf.id,
+                                 enable_auto_commit=False, **settings.kafka.aiokafka_kwargs())
+        await probe.start()
+        _runtime["committed_probe"] = probe
+    probe_: AIOKafkaConsumer = _runtime["committed_probe"]
+    return probe_
+
+
+async def lag_on_broker(tps: Sequence[Any]) -> dict[Any, int]:
+    """Per partition, the records after the group's committed offset (from the log start where nothing is
+    committed), as the broker has them; {} when it does not answer. Faust's own offset gauges move only when a
+    record is delivered, so they showed no lag while records waited on a paused or stalled partition."""
+    parts = [TopicPartition(tp.topic, tp.partition) for tp in tps]
+    if not parts:
+        return {}
+    try:
+        probe = await _probe()
+        ends = await asyncio.wait_for(probe.end_offsets(parts), timeout=10)
+        out = {}
+        for tp, part in zip(tps, parts, strict=True):
+            done = await asyncio.wait_for(probe.committed(part), timeout=10)
+            if done is None:
+                done = (await asyncio.wait_for(probe.beginning_offsets([part]), timeout=10))[part]
+            out[tp] = max(int(ends[part]) - int(done), 0)
+    except Exception as exc:
+        log.warning("could not ask the broker for the input partitions' offsets: %s", exc)
+        return {}
+    return out
 
 
 async def _start_offset(tp: Any) -> int:

@@ -68,6 +68,10 @@ INPUT_NOT_TAKEN = Counter(
     ["reason"])
 STORE_FAULT = Gauge("dreamstream_store_fault",
                     "1 while ingest is paused on a store fault (disk full, unwritable, unreachable), else 0.")
+CONSUMER_LAG = Gauge("dreamstream_consumer_lag",
+                     "Records of an input partition this worker holds that its group has not committed, from the "
+                     "broker's end and committed offsets: also while nothing is delivered (paused, stalled).",
+                     ["topic", "partition"])
 CONTROL = Counter("dreamstream_control_commands_total", "Commands on the control topic by command and outcome.",
                   ["command", "outcome"])
 

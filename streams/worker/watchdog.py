@@ -23,8 +23,10 @@ from typing import Any
 
 from prometheus_client import Counter
 
+from dreamstream.streams.worker import metrics
 from dreamstream.streams.worker.app import _runtime, app, settings
-from dreamstream.streams.worker.ingest import committed_on_broker
+from dreamstream.streams.worker.ingest import committed_on_broker, lag_on_broker
+from dreamstream.streams.worker.tables import settings_table
 
 log = logging.getLogger("dreamstream.watchdog")
 
@@ -41,6 +43,8 @@ class Progress:
     stall_seconds: float
     seen: dict[Any, tuple[int | None, float]] = field(default_factory=dict)
     highwaters: dict[Any, int] = field(default_factory=dict)
+    wedged: dict[Any, set[int | None]] = field(default_factory=dict)
+    """Partitions a re-seek did not heal, with the read offsets that mean nothing arrived since."""
 
     def stalled(self, tp: Any, highwater: int | None, read: int | None, committed: int | None,
                 now: float) -> int | None:
@@ -66,6 +70,27 @@ class Progress:
         self.seen[tp] = (read, now)  # give the seek a full period before judging again
         return next_offset
 
+    def hold(self, tp: Any) -> None:
+        """Records wait by design (`ingest.pause`, a store fault): no stall, and its clock starts afresh after.
+        A pause with records arriving read as a stall: /healthz failed, and the liveness probe restarted the
+        worker again and again for as long as the pause held (an observability audit)."""
+        self.seen.pop(tp, None)
+
+    def wedge(self, tp: Any, still: set[int | None]) -> bool:
+        """Marks `tp` as delivering nothing even after a re-seek (/healthz fails); `still`: its read offsets
+        that mean nothing arrived (before a seek, and what the seek set). True when newly marked."""
+        new = tp not in self.wedged
+        self.wedged[tp] = self.wedged.get(tp, set()) | still
+        return new
+
+    def delivered(self, tp: Any, read: int | None) -> bool:
+        """Clears the mark of a wedged partition that has delivered since (its read offset moved); True if it
+        did. The verdict had no way back: a worker whose records flowed again still failed /healthz."""
+        if tp in self.wedged and read not in self.wedged[tp]:
+            del self.wedged[tp]
+            return True
+        return False
+
 
 _progress = Progress(stall_seconds=settings.stall_seconds)
 _reseeked: dict[Any, tuple[asyncio.Future[Any], set[int | None]]] = {}
@@ -75,14 +100,13 @@ what the seek sets). The seek runs as a task of its own, so a slow one never hol
 
 def stalled_partitions() -> list[str]:
     """Partitions a re-seek did not heal: /healthz reports them and fails."""
-    return sorted(_runtime.get("stalled", ()))
+    return sorted(f"{tp.topic}-{tp.partition}" for tp in _progress.wedged)
 
 
-def _wedged(tp: Any, why: str) -> None:
-    name = f"{tp.topic}-{tp.partition}"
-    if name not in _runtime.setdefault("stalled", set()):
-        log.error("partition %s still delivers nothing (%s): /healthz now fails so the worker is restarted", name, why)
-    _runtime["stalled"].add(name)
+def _wedged(tp: Any, still: set[int | None], why: str) -> None:
+    if _progress.wedge(tp, still):
+        log.error("partition %s-%d still delivers nothing (%s): /healthz now fails so the worker is restarted",
+                  tp.topic, tp.partition, why)
 
 
 @app.timer(interval=max(1.0, settings.stall_seconds / 3))
@@ -91,8 +115,18 @@ async def partition_watchdog() -> None:
     if consumer is None or "processor" not in _runtime:
         return
     try:
+        read = getattr(consumer, "_read_offset", {})
+        assigned = consumer.assignment()
+        for tp in list(_progress.wedged):
+            if tp not in assigned:  # moved to another worker: its verdict goes with it
+                _progress.wedged.pop(tp)
+            elif _progress.delivered(tp, read.get(tp)):
+                log.warning("partition %s-%d delivers again: /healthz no longer fails for it", tp.topic, tp.partition)
+        # Waiting by design: ingest paused by command (its partitions paused) or on a store fault.
+        held = bool(settings_table.get("paused")) or "store_fault" in _runtime
+        paused = set(getattr(consumer, "_paused_partitions", None) or ())
         ledger = _runtime.get("ledger")
-        if ledger is not None:
+        if ledger is not None and not held:
             for tp in ledger.unanswered(time.monotonic(), after=2 * settings.stall_seconds):
                 if ledger.heal(tp, await committed_on_broker(tp)):
                     log.warning("partition %s-%d: the records it waited for are committed already; resuming "
@@ -100,28 +134,50 @@ async def partition_watchdog() -> None:
                     HEALED.labels(tp.topic).inc()
                     await consumer.seek(tp, ledger.next_offset(tp))
                     continue
-                _wedged(tp, "records were not delivered and seeking back to them brought nothing")
+                _wedged(tp, {read.get(tp)}, "records were not delivered and seeking back to them brought nothing")
         inputs = {settings.topics.memory_added, settings.topics.patterns}
         committed = getattr(consumer, "_committed_offset", {})
-        read = getattr(consumer, "_read_offset", {})
         full = set(getattr(consumer, "_buffered_partitions", None) or ())  # paused by flow control: not stalled
         now = time.monotonic()
-        assigned = consumer.assignment()
         for gone in set(_reseeked) - set(assigned):  # moved to another worker: a fresh start if it returns
             _reseeked.pop(gone)
         for tp in assigned:
             if tp.topic not in inputs or tp in full:
+                continue
+            if held or tp in paused:
+                _progress.hold(tp)
+                _reseeked.pop(tp, None)
                 continue
             target = _progress.stalled(tp, consumer.highwater(tp), read.get(tp), committed.get(tp), now)
             if target is None:
                 continue
             if tp in _reseeked and read.get(tp) in _reseeked[tp][1]:
                 seek = _reseeked[tp][0]
-                _wedged(tp, "a re-seek did not help" if seek.done() else "the seek did not return")
+                _wedged(tp, _reseeked[tp][1], "a re-seek did not help" if seek.done() else "the seek did not return")
                 continue
             log.warning("partition %s-%d: records up to %s waiting, none delivered for %.0fs: seeking to %d",
                         tp.topic, tp.partition, consumer.highwater(tp), settings.stall_seconds, target)
             RESEEKS.labels(tp.topic).inc()
             _reseeked[tp] = (asyncio.ensure_future(consumer.seek(tp, target)), {read.get(tp), target or None})
+        await _report_lag([tp for tp in assigned if tp.topic in inputs])
     except Exception:  # a timer that raises crashes the worker; the next tick looks again
         log.exception("partition watchdog failed")
+
+
+_lagging: set[tuple[str, str]] = set()
+"""The (topic, partition) label sets `dreamstream_consumer_lag` holds: a partition that moved away drops out."""
+
+
+async def _report_lag(tps: list[Any]) -> None:
+    lag = await lag_on_broker(tps)
+    if tps and not lag:
+        return  # no answer: the last figures stand
+    held = set()
+    for tp, records in lag.items():
+        key = (tp.topic, str(tp.partition))
+        metrics.CONSUMER_LAG.labels(*key).set(records)
+        held.add(key)
+    for key in _lagging - held:
+        metrics.CONSUMER_LAG.remove(*key)
+    _lagging.clear()
+    _lagging.update(held)

@@ -138,13 +138,18 @@ def test_pause_resume_erase(worker: WorkerProcess) -> None:
     kept = [status_event(f"d-{who}", f"m-{who}", who, "active", "merged", None, "consolidate", {})
             for who in ("px", "py")]
     changes.keep_events(str(outbox), kept)
+    older = worker.store_dir.parent / "status-outbox.jsonl"  # where an earlier version kept them
+    earlier = [status_event(f"d-p-old-{who}", f"m-{who}", who, "active", "expired", None, "consolidate_prune", {})
+               for who in ("px", "py")]
+    older.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in earlier))
     legacy = worker.store_dir.parent / "store.consolidation-runs.json"  # where an earlier version kept it
     legacy.write_text(json.dumps({"pass": {"type": "pass", "user": "px"}, "light": {"type": "light", "user": "py"}}))
     runs = worker.store_dir / "consolidation-runs.json"
     rc, erased = dream_control(worker, "erase", "user=px", "--yes")
     assert rc == 0 and erased["details"]["deleted"] == 3 and erased["details"]["erased"] is True
     assert worker.read("user=px&include_merged=1")["memories"] == []
-    assert [e["user_id"] for e in changes.kept_events(str(outbox))] == ["py"]
+    assert [e["decision_id"] for e in changes.kept_events(str(outbox))] == ["d-p-old-py", "d-py"]
+    assert not older.exists()
     assert list(json.loads(runs.read_text())) == ["light"] and not legacy.exists()
     deadline = time.monotonic() + 30
     while {e["user"] for e in dream_control(worker, "schedule.list")[1]["details"]["schedules"]} != {"py"}:
@@ -154,9 +159,9 @@ def test_pause_resume_erase(worker: WorkerProcess) -> None:
     # A restart sends what the offline command kept (py's), and forgets it.
     worker.stop()
     worker.start()
-    sent = asyncio.run(consume_all(worker.kafka, worker.topics["status"], 1, 30,
+    sent = asyncio.run(consume_all(worker.kafka, worker.topics["status"], 2, 30,
                                    keep=lambda r: orjson.loads(r.value).get("decision_id", "").startswith("d-p")))
-    assert [e["decision_id"] for e in sent] == ["d-py"] and not outbox.exists()
+    assert [e["decision_id"] for e in sent] == ["d-p-old-py", "d-py"] and not outbox.exists()
     audit = asyncio.run(consume_all(worker.kafka, worker.topics["status"], 1, 20,
                                     keep=lambda r: orjson.loads(r.value).get("action") == "erase"))
     assert audit and audit[0]["evidence"]["deleted"] == 3 and "text" not in orjson.dumps(audit[0]).decode()
@@ -177,6 +182,29 @@ def test_pause_resume_erase(worker: WorkerProcess) -> None:
     assert audits[1]["evidence"]["request"] == queued["details"]["request"]
     time.sleep(2)
     assert worker.read("user=px&include_merged=1")["memories"] == []
+
+
+def test_a_pause_with_records_waiting_is_no_stall(kafka: str, unique: str, tmp_path: Path) -> None:
+    """`ingest.pause` while records arrive: /healthz turned 503 `stalled` after a few stall periods (a liveness
+    probe restarts the worker, again and again while the pause holds) and stayed so after the resume."""
+    from tests.helpers import event, line
+
+    w = WorkerProcess(kafka, f"pause-{unique}", tmp_path, extra_env={"DREAM_STALL_SECONDS": "2"})
+    try:
+        w.start()
+        asyncio.run(produce(w.kafka, w.topics["added"], [line(event(1, "pz", "Lives in Porto."))]))
+        w.wait_for(lambda s: s.get("memories") == 1, timeout=60)
+        assert dream_control(w, "ingest.pause")[1]["details"] == {"paused": True}
+        time.sleep(3)  # the pause is enforced on the assigned partitions
+        asyncio.run(produce(w.kafka, w.topics["added"], [line(event(2, "pz", "Has two sons."))]))
+        time.sleep(10)  # five stall periods with a record waiting
+        assert w.health()[0] == 200, w.health()
+        assert w.stats()["memories"] == 1
+        assert dream_control(w, "ingest.resume")[1]["details"] == {"paused": False}
+        wait(lambda: w.stats().get("memories") == 2, timeout=60)  # not w.wait_for: it restarts a stalled worker
+        assert w.health()[0] == 200 and "seeking to" not in w.log.read_text()
+    finally:
+        w.stop()
 
 
 def test_a_command_the_store_refuses_waits_for_it_and_loses_nothing(kafka: str, unique: str, tmp_path: Path) -> None:

@@ -119,3 +119,19 @@ def test_the_watchdog_calls_a_partition_stalled_only_when_behind_and_still() -> 
     # After a seek the driver reports no highwater until a fetch answers: the last one still counts.
     assert p.stalled("seeked", highwater=29, read=None, committed=None, now=0) is None
     assert p.stalled("seeked", highwater=None, read=None, committed=None, now=11) == 0
+
+
+def test_a_held_partition_is_no_stall_and_a_wedged_one_heals_when_it_delivers() -> None:
+    """An observability audit: `ingest.pause` with records arriving turned /healthz 503 `stalled` (a liveness
+    probe restarts the worker, again and again while the pause holds), and the verdict never cleared."""
+    from dreamstream.streams.worker.watchdog import Progress
+
+    p = Progress(stall_seconds=10)
+    for now in (0, 11, 22, 33):  # paused: the watchdog holds it each look, never a stall
+        p.hold("tp")
+        assert p.stalled("tp", highwater=9, read=4, committed=5, now=now + 0.5) is None
+    assert p.stalled("tp", highwater=9, read=4, committed=5, now=40) is None  # resumed: its clock starts afresh
+    assert p.stalled("tp", highwater=9, read=4, committed=5, now=51) == 5
+    assert p.wedge("tp", {4, 5}) and not p.wedge("tp", {4})  # marked once
+    assert not p.delivered("tp", 5) and "tp" in p.wedged     # the seek's own offset: nothing arrived
+    assert p.delivered("tp", 7) and "tp" not in p.wedged     # records flow again: healthy
