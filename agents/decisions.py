@@ -10,10 +10,12 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Action = Literal["merge_new", "merge_old", "supersede", "conflict", "review"]
+Action = Literal["merge_new", "merge_old", "supersede", "supersede_new", "conflict", "review"]
 """merge_new: the new memory restates a canonical one and is stored `merged` into it.
 merge_old: the new memory is the fuller statement; the targets become `merged` into it.
 supersede: the targets held an older value; they become `superseded` by the new memory.
+supersede_new: the new memory holds an older value than a current fact said after it (it arrived late); it is
+stored `superseded` by that fact (the target).
 conflict: a change was due but a target is pinned; nothing changes, the case is kept for review.
 review: the judge abstained (a likely merge or update without enough evidence); nothing changes,
 the pair is kept with its evidence for the consolidation pass, where a person decides."""

@@ -187,7 +187,7 @@ class OfflineJudge:
             return v("unrelated", 1 - cos, "roles_swapped")
         if uc.occasions(new.text) != uc.occasions(old.text):
             return v("unrelated", 1 - cos, "another_occasion")
-        later = not same_session(new, old) and new.created_at >= old.created_at
+        later = not same_session(new, old) and not said_later(old, new)
         # "Felix got a new job" is no update of "User works at ...": another person's statement.
         update = partial(self._update, v, later, cos) if uc.same_subject(new.text, old.text) else (
             lambda rule: v("unrelated", 1 - cos, f"different_subject:{rule}"))
@@ -390,8 +390,7 @@ def gate(verdict: Verdict, new: Memory, old: Memory, session_veto: bool = True) 
                 and _literals(hidden.text) <= _literals(kept.text)):
             return Verdict(verdict.candidate_id, "review_same", verdict.confidence,
                            f"gate_detail:{verdict.rule}", verdict.scores, verdict.new_fuller)
-    if verdict.relation == "replaces" and ((session_veto and same_session(new, old))
-                                           or new.created_at < old.created_at):
+    if verdict.relation == "replaces" and ((session_veto and same_session(new, old)) or said_later(old, new)):
         return Verdict(verdict.candidate_id, "review_replaces", verdict.confidence,
                        f"gate_session:{verdict.rule}", verdict.scores)
     return verdict
@@ -609,6 +608,16 @@ def decide_with(judge: Judge, new: Memory, candidates: Sequence[Memory]) -> list
         else:
             out.append(mk(action, targets, rule))
         return out
+    late = _replaced_by_later(judge, new, [c for c in cands if said_later(c, new)], veto)
+    if late is not None:
+        # An older statement that arrived after its replacement ("lives in Lisbon" after "moved to Porto"): history
+        # on arrival, as it would have become had it come in time; judged as that pair would have been.
+        x, newer = late
+        kind = "conflict" if new.pinned else "supersede_new"
+        return [Decision(kind, new.memory_id, new.user_id, (newer.memory_id,), judge=judge.name,  # type: ignore[arg-type]
+                         rule=x.rule if kind == "supersede_new" else f"pinned:supersede_new:{x.rule}",
+                         scores={f"{newer.memory_id}:{k}": val for k, val in x.scores.items()},
+                         detail={"verdicts": {newer.memory_id: x.rule}, "arrived_late": "true"})]
     if repl:
         repl.sort(key=lambda x: (-x.confidence, x.candidate_id))
         best = repl[:1]
@@ -624,6 +633,30 @@ def decide_with(judge: Judge, new: Memory, candidates: Sequence[Memory]) -> list
         proposal = "supersede" if best[0].relation == "review_replaces" else "merge"
         out.append(mk("review", best, best[0].rule, proposal=proposal))
     return out
+
+
+def said_later(a: Memory, b: Memory) -> bool:
+    """Whether `a` was said after `b`, by the instants their `created_at` name (the strings do not sort in time
+    where one has a fraction of a second and the other none); False where either cannot be read."""
+    try:
+        return parse_time(a.created_at) > parse_time(b.created_at)
+    except ValueError:
+        return False
+
+
+def _replaced_by_later(judge: Judge, new: Memory, later: Sequence[Memory], veto: bool) -> tuple[Verdict, Memory] | None:
+    """The later-said current fact that replaces `new`, with the verdict, read the way round the pair was said
+    (the later one as the newer memory), or None. Judged only against facts said after `new`: in a stream in
+    time order there are none, and an older fact that arrived late was otherwise judged as if it were the
+    newer one, and stayed current beside its replacement."""
+    found = []
+    for c in later:
+        verdict = gate(judge.judge(c, [new])[0], c, new, veto)
+        if verdict.relation == "replaces":
+            found.append((verdict, c))
+    if not found:
+        return None
+    return min(found, key=lambda vc: (-vc[0].confidence, vc[1].memory_id))
 
 
 def restates_replaced(new: Memory, replaced: Sequence[tuple[Memory, Memory]]) -> Decision | None:

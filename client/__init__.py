@@ -84,6 +84,7 @@ class Accepted:
                 parts.append(f"merged into {self.memory.merged_into}")
             elif others:
                 phrase = {"supersede": "supersedes {}", "update": "supersedes {}", "merge_old": "merged {} into it",
+                          "supersede_new": "superseded by {} (said after it)",
                           "merge_new": "merged {} into it", "review": "review with {}", "conflict": "conflicts with {}"}
                 parts.append(phrase.get(action, action + " {}").format(others))
             else:

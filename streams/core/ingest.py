@@ -689,6 +689,7 @@ class Processor:
         decisions = self.decide(memory, candidates) if candidates else []
         by_id = {c.memory_id: c for c in candidates}
         if not any(d.action in ("merge_new", "merge_old", "supersede") for d in decisions):
+            # Before the judge's own "superseded on arrival": the same words as a fact in history are that fact.
             restated = self.restates_replaced(memory, batch)
             if restated is not None:  # an old fact arriving late: history, never current beside its replacement
                 decisions, by_id = [restated[0]], {restated[1].memory_id: restated[1]}
@@ -710,10 +711,13 @@ class Processor:
 
     def restates_replaced(self, memory: Memory, batch: _Batch) -> tuple[Decision, Memory] | None:
         """`merge_supersede.restates_replaced` over the user's replaced facts with this text, as the batch sees
-        them (one its earlier events replaced counts too); the decision and its target's copy."""
+        them (one its earlier events replaced counts too, and one it stored itself: a backfill in one batch
+        left the late restatement current beside the replacement); the decision and its target's copy."""
         key = text_key(memory.user_id, memory.text)
         pairs = []
-        for stored in [*batch.pre.replaced.get(key, []), *batch.pre.exact.get(key, [])]:
+        own = [m for m in batch.new if batch.keys.get(m.memory_id) == key]  # replaced earlier in this batch
+        for stored in {m.memory_id: m for m in [*batch.pre.replaced.get(key, []), *batch.pre.exact.get(key, []),
+                                                *own]}.values():
             old = batch.changed.get(stored.memory_id, stored)
             if old.status == "superseded" and old.superseded_by:
                 newer = batch.changed.get(old.superseded_by) or self.store.retrieve([old.superseded_by]).get(
@@ -853,6 +857,15 @@ class Processor:
                 merged_from=canonical.merged_from, decision_ids=canonical.decision_ids)
             result.status_events.append(status_event(
                 did, new.memory_id, new.user_id, before, "merged", canonical.memory_id, "merge_new", evidence))
+        elif decision.action == "supersede_new":
+            newer = targets[0]  # said after the new memory, which arrived late: the new one is history on arrival
+            before = new.status
+            new.status, new.superseded_by = "superseded", newer.memory_id
+            newer.supersedes = [*newer.supersedes, new.memory_id]
+            newer.decision_ids = [*newer.decision_ids, did]
+            writes.setdefault(newer.memory_id, {}).update(supersedes=newer.supersedes, decision_ids=newer.decision_ids)
+            result.status_events.append(status_event(
+                did, new.memory_id, new.user_id, before, "superseded", newer.memory_id, "supersede_new", evidence))
         elif decision.action in ("merge_old", "supersede"):
             to_status = "merged" if decision.action == "merge_old" else "superseded"
             link = "merged_into" if decision.action == "merge_old" else "superseded_by"

@@ -76,17 +76,21 @@ def plan_undo(store: MemoryStore, decision_id: str, by: str | None = None, user:
         # Only the decision's own user's memories: an id freed by a hard delete may since name another user's.
         members = {k: m for k, m in store.retrieve([new_id, *record["targets"]]).items() if m.user_id == owner.user_id}
         new = members.get(new_id)
-        if new is not None and action == "merge_new" and record["targets"]:
+        if new is not None and action in ("merge_new", "supersede_new") and record["targets"]:
+            # The new memory was hidden behind its target: merged into it, or (said before it, arrived late)
+            # superseded by it.
+            hidden, link, back = ("merged", "merged_into", "merged_from") if action == "merge_new" \
+                else ("superseded", "superseded_by", "supersedes")
             canonical = members.get(record["targets"][0])
             before = record["before"][new_id]["status"]
-            if new.status == "merged" and new.merged_into == record["targets"][0]:
+            if new.status == hidden and getattr(new, link) == record["targets"][0]:
                 # still as the decision left it (a person's delete, or a later merge elsewhere, outranks it)
-                change.set(new_id, {"status": before, "merged_into": None, "updated_at": stamp})
-                change.events.append(status_event(decision_id, new_id, new.user_id, "merged", before, None, "undo",
+                change.set(new_id, {"status": before, link: None, "updated_at": stamp})
+                change.events.append(status_event(decision_id, new_id, new.user_id, hidden, before, None, "undo",
                                                   evidence, undo=True))
             if canonical is not None:
                 change.set(canonical.memory_id, {
-                    "merged_from": [x for x in canonical.merged_from if x != new_id], "updated_at": stamp})
+                    back: [x for x in getattr(canonical, back) if x != new_id], "updated_at": stamp})
         elif new is not None and action in ("merge_old", "supersede"):
             link = "merged_into" if action == "merge_old" else "superseded_by"
             back = "merged_from" if action == "merge_old" else "supersedes"

@@ -58,6 +58,50 @@ def test_an_old_fact_arriving_late_is_history_not_current_beside_its_replacement
     assert "m-dan-4" in [r["memory_id"] for r in reads.get(proc.store, "dan", "latest_only")]
 
 
+def test_the_same_restatement_backfilled_in_one_batch_is_history_too(proc: Processor) -> None:
+    """An audit: the rule above saw only replaced facts stored by an earlier batch; a backfill sent in one go
+    (Lisbon, Madrid, then the late Lisbon, one batch) left the late Lisbon current beside Madrid."""
+    feed(proc, event(1, "eve", "Eve lives in Lisbon.", day=1),
+         event(2, "eve", "Eve moved to Madrid last month.", day=20), event(3, "eve", "Eve lives in Lisbon.", day=2))
+    assert statuses(proc) == {"m-eve-1": "superseded", "m-eve-2": "active", "m-eve-3": "merged"}
+    assert [r["memory_id"] for r in reads.get(proc.store, "eve", "latest_only")] == ["m-eve-2"]
+
+
+CHAIN = [("Dana lives in Lisbon.", 1), ("Dana moved to Porto last month.", 12), ("Dana moved to Madrid.", 27)]
+
+
+@pytest.mark.parametrize("order", ["012", "021", "102", "120", "201", "210"])
+@pytest.mark.parametrize("one_batch", [True, False])
+def test_what_is_current_does_not_depend_on_arrival_order(edge_store, embedder, order: str,  # type: ignore[no-untyped-def]
+                                                          one_batch: bool) -> None:
+    """An audit: an older fact that arrived after its replacement was judged as if it were the newer one and
+    stayed current ("lives in Lisbon" beside "moved to Porto"); the six arrival orders of a chain of three
+    places left five different current sets. Now the later-said fact replaces it on arrival (`supersede_new`),
+    as it would have had the two come in time."""
+    proc = Processor(edge_store, embedder)
+    events = [event(int(i), "dana", CHAIN[int(i)][0], day=CHAIN[int(i)][1]) for i in order]
+    if one_batch:
+        feed(proc, *events)
+    else:
+        for e in events:
+            feed(proc, e)
+    assert [r["text"] for r in reads.get(proc.store, "dana", "latest_only")] == ["Dana moved to Madrid."]
+    assert {r["label"] for r in reads.get(proc.store, "dana")} == {"current", "history"}  # nothing lost
+
+
+def test_a_late_older_fact_superseded_on_arrival_can_be_undone(proc: Processor) -> None:
+    feed(proc, event(2, "fay", "Fay moved to Porto last month.", day=25))
+    late = feed(proc, event(1, "fay", "Fay lives in Lisbon.", day=1))
+    (status,) = late.status_events
+    assert (status["memory_id"], status["action"], status["to_status"], status["linked_memory_id"]) == \
+        ("m-fay-1", "supersede_new", "superseded", "m-fay-2")
+    old, new = proc.store.retrieve(["m-fay-1", "m-fay-2"]).values()
+    assert old.superseded_by == "m-fay-2" and new.supersedes == ["m-fay-1"]
+    proc.undo(status["decision_id"], user="fay")
+    old, new = proc.store.retrieve(["m-fay-1", "m-fay-2"]).values()
+    assert (old.status, old.superseded_by, new.supersedes) == ("active", None, [])
+
+
 def test_restatement_is_merged_and_hidden_by_default(proc: Processor) -> None:
     feed(proc, event(1, "u1", "Use PostgreSQL for auth.", day=1), event(2, "u1", "Auth DB is PostgreSQL.", day=2))
     assert sorted(statuses(proc).values()) == ["active", "merged"]
