@@ -11,7 +11,7 @@ import hashlib
 import hmac
 import math
 import unicodedata
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
@@ -38,6 +38,18 @@ REASONS = (
 
 class InvalidEvent(InvalidInput):
     """An event that cannot be processed; `reason` is one of REASONS."""
+
+
+CLOCK_SKEW = timedelta(days=1)
+"""How far ahead of the reading clock an event may be dated: a producer's clock skew, not an event from the future.
+A memory dated years ahead stayed the newest of its user's facts: every real update of it became a review item,
+and it stayed current (an audit of event time); a read so dated stopped the memory from ever decaying."""
+
+
+def check_not_ahead(at: str, field: str) -> None:
+    """Refuses a normalised time more than `CLOCK_SKEW` ahead of now (a `bad_field` dead letter)."""
+    if parse_time(at) > datetime.now(UTC) + CLOCK_SKEW:
+        raise InvalidEvent("bad_field", f"{field} {at} is in the future (more than a day ahead of this clock)")
 
 
 def now_iso() -> str:
@@ -212,6 +224,7 @@ def parse_memory_event(raw: bytes | str | dict[str, Any] | None) -> MemoryAdded:
         if kind_of_event != MEMORY_ADDED or replaces == obj["memory_id"]:
             raise InvalidEvent("bad_field", "replaces names another memory of the same user (a fact update)")
     created_at = normalise_time(obj["created_at"], "created_at")
+    check_not_ahead(created_at, "created_at")
     metadata = obj.get("metadata") or {}
     if _depth(metadata) > MAX_METADATA_DEPTH:
         raise InvalidEvent("bad_field", f"metadata is nested deeper than {MAX_METADATA_DEPTH} levels")

@@ -10,7 +10,7 @@ state, which ranking decays by and light consolidation folds into stability and 
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import faust
@@ -19,7 +19,7 @@ from aiokafka.partitioner import murmur2
 from faust.exceptions import ConsumerNotStarted
 
 from dreamstream.agents import consolidation as cons
-from dreamstream.schemas.events import InvalidEvent, decode, normalise_time, now_iso
+from dreamstream.schemas.events import InvalidEvent, check_not_ahead, decode, normalise_time, now_iso
 from dreamstream.schemas.memory import parse_time
 from dreamstream.streams.core import changes
 from dreamstream.streams.core import consolidation as runner
@@ -192,11 +192,6 @@ def retention() -> dict[str, int | None] | None:
 # --- access events --------------------------------------------------------------------------------
 
 
-ACCESS_SKEW = timedelta(days=1)
-"""How far ahead of this worker's clock a read may be dated: a producer's clock skew, not a read from the
-future (the latest read is kept, so one far-future date stopped the memory from ever decaying)."""
-
-
 def parse_access(raw: bytes) -> dict[str, Any]:
     """A validated memory.accessed event; raises InvalidEvent (reason, message) for a dead letter."""
     obj = decode(raw)
@@ -211,8 +206,7 @@ def parse_access(raw: bytes) -> dict[str, Any]:
     if len(ids) > MAX_ACCESS_IDS:
         raise InvalidEvent("bad_field", f"memory_ids holds at most {MAX_ACCESS_IDS} ids")
     at = normalise_time(obj.get("accessed_at") or now_iso(), "accessed_at")
-    if parse_time(at) > datetime.now(UTC) + ACCESS_SKEW:
-        raise InvalidEvent("bad_field", f"accessed_at {at} is in the future (more than a day ahead of this worker)")
+    check_not_ahead(at, "accessed_at")  # the latest read is kept: one far-future date stopped decay for good
     return {"type": ACCESSED, "user_id": user, "memory_ids": ids, "accessed_at": at}
 
 
