@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from dreamstream.agents import text_features as tf
-from dreamstream.agents.merge_supersede import FeaturesOf, OfflineJudge, Verdict, cosine, gate
+from dreamstream.agents.merge_supersede import FeaturesOf, OfflineJudge, Verdict, cosine, gate, said_later
 from dreamstream.agents.merge_supersede import Judge as JudgeOfMany
 from dreamstream.schemas.memory import Memory, parse_time
 from dreamstream.schemas.schedules import (  # noqa: F401  (part of this module's interface)
@@ -341,7 +341,7 @@ def _propose(plan: Plan, proposal: str, newer: Memory, older: Memory, score: flo
     if proposal == "conflict":
         # "newer" is the later to arrive; the likely winner is the later said (created_at), unless the other
         # is surer: an event that came late with an older date must not win over what replaced it.
-        a_recent = newer.created_at >= older.created_at
+        a_recent = not said_later(older, newer)
         recent, earlier = (newer, older) if a_recent else (older, newer)
         likely = ("A" if a_recent else "B") if recent.confidence >= earlier.confidence else ("B" if a_recent else "A")
         plan.conflicts.append(Conflict(a=newer, b=older, likely=likely, score=score, reason=reason))
@@ -395,8 +395,11 @@ def analyse(
     for newer, older, proposal, score in recorded_reviews(active):
         if newer.memory_id in used or older.memory_id in used:
             continue
+        said = "B may replace it: B was said after A, which arrived late" if said_later(older, newer) \
+            else "it may replace B"  # a late older fact is the one replaced
+        why = said if proposal == "supersede" else "it may be the same as B"
         _propose(plan, "conflict" if proposal == "supersede" else "merge", newer, older, score,
-                 f"held for review when A was added: it may replace B (similarity {score:.2f})")
+                 f"held for review when A was added: {why} (similarity {score:.2f})")
         used.update((older.memory_id, newer.memory_id))
     for mtype in sorted(by_type):
         group = by_type[mtype]

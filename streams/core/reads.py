@@ -13,6 +13,7 @@ from typing import Any, Literal
 import numpy as np
 
 from dreamstream.agents.consolidation import RANK_FLOOR, memory_rank_factor, now_utc
+from dreamstream.agents.merge_supersede import said_later
 from dreamstream.schemas.memory import Memory
 from dreamstream.streams.store import MemoryStore
 
@@ -201,11 +202,16 @@ def open_reviews(store: MemoryStore, memories: Sequence[Memory]) -> dict[str, di
         if undone or newer.status != "active" or not others or any(
                 o is None or o.status != "active" or o.user_id != newer.user_id for o in others):
             continue  # settled, or an id freed by a hard delete that now names another user's memory
-        for older in others:
-            assert older is not None
-            out.setdefault(newer.memory_id, {"decision_id": did, "proposal": item["review"], "side": "newer",
-                                             "with": {"memory_id": older.memory_id, "text": older.text}})
-            out.setdefault(older.memory_id, {"decision_id": did, "proposal": item["review"], "side": "older",
+        for other in others:
+            assert other is not None
+            # "newer": the one said later, which may replace the other (the holder arrived later, but a late
+            # event may have been said before: its mark said it would replace what was said after it).
+            late = said_later(other, newer)
+            out.setdefault(newer.memory_id, {"decision_id": did, "proposal": item["review"],
+                                             "side": "older" if late else "newer",
+                                             "with": {"memory_id": other.memory_id, "text": other.text}})
+            out.setdefault(other.memory_id, {"decision_id": did, "proposal": item["review"],
+                                             "side": "newer" if late else "older",
                                              "with": {"memory_id": newer.memory_id, "text": newer.text}})
     return out
 

@@ -314,3 +314,27 @@ def test_reads_mark_both_sides_of_an_open_review_item(edge_store, embedder: Embe
     assert reads.review_note(one["review"]) == 'review: may be replaced by m-u1-2 ("Tomas moved to Braga.")'
     proc.undo(review["decision_id"])  # dismissed: nothing waits any more
     assert not any("review" in r for r in reads.get(edge_store, "u1"))
+
+
+def test_a_review_mark_names_the_later_said_fact_as_the_replacement(edge_store, embedder: Embedder,  # type: ignore[no-untyped-def]
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same pair arriving the other way round (the later-said "moved to Braga" first): the marks said the
+    late, older "lives in Porto" may replace Braga, and the pass that "A may replace B" (an audit of event time)."""
+    from datetime import UTC, datetime
+
+    from dreamstream.agents.consolidation import DEFAULT_RETENTION, analyse
+    from dreamstream.streams.core import reads
+
+    monkeypatch.setenv("DREAM_JUDGE", "offline")
+    proc = Processor(edge_store, embedder)
+    proc.process([Incoming(line(event(2, "u1", "Tomas moved to Braga.", day=2, run_id="chat-7")))])
+    result = proc.process([Incoming(line(event(1, "u1", "Tomas lives in Porto.", day=2, run_id="chat-7")))])
+    [review] = result.status_events
+    rows = {r["memory_id"]: r for r in reads.get(edge_store, "u1")}
+    assert (rows["m-u1-2"]["review"]["side"], rows["m-u1-1"]["review"]["side"]) == ("newer", "older")
+    assert reads.review_note(rows["m-u1-1"]["review"]) == 'review: may be replaced by m-u1-2 ("Tomas moved to Braga.")'
+    plan = analyse(list(edge_store.scroll({"user_id": "u1"})), project="u1", user_id="u1", app_id=None,
+                   now=datetime(2026, 2, 1, tzinfo=UTC), retention=DEFAULT_RETENTION)
+    [conflict] = plan.conflicts
+    assert "B may replace it" in conflict.reason and conflict.likely == "B"  # B: the later said, Braga
+    assert review["decision_id"]
