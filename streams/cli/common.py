@@ -136,7 +136,7 @@ def open_configured_store(store_dir: str | None, create: bool = False) -> Any:
 
 
 STORE_MARKER = "edge_config.json"
-"""The file every embedded store holds (the engine's config): a folder without it is no store."""
+"""`streams.store.STORE_MARKER`, named here so that the CLI starts without importing the store client."""
 
 
 def require_store(store_dir: str | None) -> None:

@@ -30,7 +30,7 @@ import orjson
 from dreamstream.schemas.events import now_iso
 from dreamstream.schemas.memory import Memory
 from dreamstream.streams import faults
-from dreamstream.streams.store import MemoryStore
+from dreamstream.streams.store import STORE_MARKER, MemoryStore
 
 log = logging.getLogger(__name__)
 
@@ -312,14 +312,18 @@ def compact(store: MemoryStore) -> bool:
 OUTBOX_FILE = "status-outbox.jsonl"
 
 
-def outbox_path(store_dir: str, server: bool) -> str:
+def outbox_location(store_dir: str, server: bool) -> str:
     """Where a command keeps the status events no broker took: inside an embedded store, so they go where the
-    store goes (a backup, a move) and an erase finds them; beside a server store's synthesis state else.
-    An earlier version's file, beside the store's folder, is taken in first (`adopt_legacy_outbox`)."""
+    store goes (a backup, a move) and an erase finds them; beside a server store's synthesis state else."""
     if server:
-        path = os.path.join(os.environ.get("DREAM_STATE_DIR", os.path.join("var", "state")), OUTBOX_FILE)
-    else:
-        path = os.path.join(store_dir, OUTBOX_FILE)
+        return os.path.join(os.environ.get("DREAM_STATE_DIR", os.path.join("var", "state")), OUTBOX_FILE)
+    return os.path.join(store_dir, OUTBOX_FILE)
+
+
+def outbox_path(store_dir: str, server: bool) -> str:
+    """`outbox_location`, for a command about to send or drop kept events: an earlier version's file, beside
+    the store's folder, is taken in first (`adopt_legacy_outbox`)."""
+    path = outbox_location(store_dir, server)
     adopt_legacy_outbox(store_dir, path)
     return path
 
@@ -327,10 +331,18 @@ def outbox_path(store_dir: str, server: bool) -> str:
 def adopt_legacy_outbox(store_dir: str, path: str) -> int:
     """Moves the events an earlier version kept beside the store's folder (`<parent>/status-outbox.jsonl`,
     which nothing read after an upgrade: a pass's events were never sent, its undo's were) ahead of those at
-    `path`, then removes that file; returns how many moved. Best effort: a folder it cannot write leaves
-    the old file as it was, to be taken next time."""
-    legacy = os.path.join(os.path.dirname(os.path.abspath(store_dir)), OUTBOX_FILE)
+    `path`, then removes that file; returns how many moved. Only where that folder holds no other store: the
+    file does not say whose events it holds, and taken in by a sibling (a scratch store read first) they were
+    sent, or erased, only with that one. Best effort: a folder it cannot write leaves the old file as it was."""
+    parent = os.path.dirname(os.path.abspath(store_dir)) if store_dir else ""
+    legacy = os.path.join(parent, OUTBOX_FILE)
     if not store_dir or os.path.abspath(path) == legacy or not os.path.exists(legacy):
+        return 0
+    others = [name for name in os.listdir(parent) if os.path.abspath(os.path.join(parent, name))
+              != os.path.abspath(store_dir) and os.path.isfile(os.path.join(parent, name, STORE_MARKER))]
+    if others:
+        log.warning("%s holds status events an earlier version kept for one of the stores in %s (%s is another): "
+                    "move it into that store's folder to have them sent", legacy, parent, others[0])
         return 0
     old = kept_events(legacy)
     try:

@@ -683,7 +683,7 @@ def runs_file(store_dir: str) -> Path:
     """Inside an embedded store's folder, as its status outbox (`changes.outbox_path`): it goes where the store
     goes, and a read-only parent folder (a volume mounted at the store's path) failed every pass after it had
     applied. A server store's is in DREAM_STATE_DIR."""
-    return Path(changes.outbox_path(store_dir, bool(load().qdrant_url))).with_name(RUNS_FILE)
+    return Path(changes.outbox_location(store_dir, bool(load().qdrant_url))).with_name(RUNS_FILE)
 
 
 def _legacy_runs_file(store_dir: str) -> Path:

@@ -22,11 +22,11 @@ from dreamstream.streams.store.base import (
     sorted_by_time,
     text_key,
 )
-from dreamstream.streams.store.edge import EdgeStore
+from dreamstream.streams.store.edge import STORE_MARKER, EdgeStore
 from dreamstream.streams.store.server import ServerStore
 
-__all__ = ["COLLECTION", "INDEXED_FIELDS", "VECTOR_SIZE", "EdgeStore", "MemoryStore", "ServerStore", "Where",
-           "normalise_text", "open_configured", "open_store", "point_id", "sorted_by_time", "text_key"]
+__all__ = ["COLLECTION", "INDEXED_FIELDS", "STORE_MARKER", "VECTOR_SIZE", "EdgeStore", "MemoryStore", "ServerStore",
+           "Where", "normalise_text", "open_configured", "open_store", "point_id", "sorted_by_time", "text_key"]
 
 
 def open_store(store_dir: str | None = None, qdrant_url: str | None = None, api_key: str | None = None,

@@ -37,6 +37,8 @@ from dreamstream.streams.store.base import (
     to_memory,
 )
 
+STORE_MARKER = "edge_config.json"
+"""The file every embedded store's folder holds (the engine's config): a folder without it is no store."""
 LOCK_FILE = "dream.lock"
 TOMBSTONES = "tombstones.sqlite"
 """What was removed for good (`bury`): no text, only ids and times."""

@@ -78,6 +78,26 @@ def test_status_events_an_earlier_version_kept_beside_the_store_are_sent_first(t
     assert not legacy.exists()
 
 
+def test_an_earlier_versions_outbox_beside_several_stores_is_left_for_the_right_one(tmp_path: Path) -> None:
+    """A re-audit: the old file was taken in by whichever store beside it was opened first (a scratch store's
+    `dream stats`), and then sent or erased only with that one. The file does not say whose events it holds."""
+    import shutil
+
+    from dreamstream.schemas.events import status_event
+
+    for name in ("a", "scratch"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "edge_config.json").write_text("{}")
+    legacy = tmp_path / "status-outbox.jsonl"
+    legacy.write_bytes(orjson.dumps(status_event("d-1", "m-1", "ana", "active", "expired", None, "consolidate_prune",
+                                                 {})) + b"\n")
+    path = changes.outbox_path(str(tmp_path / "scratch"), server=False)
+    assert legacy.exists() and not os.path.exists(path)  # two stores: left, with a warning
+    shutil.rmtree(tmp_path / "scratch")
+    path = changes.outbox_path(str(tmp_path / "a"), server=False)
+    assert not legacy.exists() and [e["decision_id"] for e in changes.kept_events(path)] == ["d-1"]
+
+
 def test_full_consolidation_killed_then_run_again_ends_as_one_clean_run(tmp_path: Path, embedder: Any) -> None:
     rows = memories(embedder, NEAR_REPEATS, user="noor", app=None)
     clean = seed(tmp_path / "clean", rows)
