@@ -105,16 +105,23 @@ def test_control_commands_replies_and_settings_survive_restart(worker: WorkerPro
     assert shown["details"]["retention"] == {"session_state": 30, "scratch": None}
 
 
+def paused_with_a_record_waiting(w: WorkerProcess, user: str, seconds: float) -> None:
+    """Starts `w`, stores one memory of `user`, pauses ingest and sends another, then waits `seconds`."""
+    from tests.helpers import event, line
+
+    w.start()
+    asyncio.run(produce(w.kafka, w.topics["added"], [line(event(1, user, "Lives in Porto."))]))
+    w.wait_for(lambda s: s.get("memories") == 1, timeout=60)
+    assert dream_control(w, "ingest.pause")[1]["details"] == {"paused": True}
+    time.sleep(3)  # the pause is enforced on the assigned partitions
+    asyncio.run(produce(w.kafka, w.topics["added"], [line(event(2, user, "Has two sons."))]))
+    time.sleep(seconds)
+
+
 def test_pause_resume_erase(worker: WorkerProcess) -> None:
     from tests.helpers import event, line
 
-    worker.start()
-    asyncio.run(produce(worker.kafka, worker.topics["added"], [line(event(1, "px", "Lives in Porto."))]))
-    worker.wait_for(lambda s: s.get("memories") == 1, timeout=60)
-    assert dream_control(worker, "ingest.pause")[1]["details"] == {"paused": True}
-    time.sleep(3)  # the pause is enforced on the assigned partitions
-    asyncio.run(produce(worker.kafka, worker.topics["added"], [line(event(2, "px", "Has two sons."))]))
-    time.sleep(4)
+    paused_with_a_record_waiting(worker, "px", 4)
     assert worker.stats()["memories"] == 1  # held back while paused ...
     # ... also by a worker that starts while the pause holds: it fetched before the control timer paused its
     # partitions, and stored what it fetched
@@ -187,17 +194,9 @@ def test_pause_resume_erase(worker: WorkerProcess) -> None:
 def test_a_pause_with_records_waiting_is_no_stall(kafka: str, unique: str, tmp_path: Path) -> None:
     """`ingest.pause` while records arrive: /healthz turned 503 `stalled` after a few stall periods (a liveness
     probe restarts the worker, again and again while the pause holds) and stayed so after the resume."""
-    from tests.helpers import event, line
-
     w = WorkerProcess(kafka, f"pause-{unique}", tmp_path, extra_env={"DREAM_STALL_SECONDS": "2"})
     try:
-        w.start()
-        asyncio.run(produce(w.kafka, w.topics["added"], [line(event(1, "pz", "Lives in Porto."))]))
-        w.wait_for(lambda s: s.get("memories") == 1, timeout=60)
-        assert dream_control(w, "ingest.pause")[1]["details"] == {"paused": True}
-        time.sleep(3)  # the pause is enforced on the assigned partitions
-        asyncio.run(produce(w.kafka, w.topics["added"], [line(event(2, "pz", "Has two sons."))]))
-        time.sleep(10)  # five stall periods with a record waiting
+        paused_with_a_record_waiting(w, "pz", 10)  # five stall periods with a record waiting
         assert w.health()[0] == 200, w.health()
         assert w.stats()["memories"] == 1
         assert dream_control(w, "ingest.resume")[1]["details"] == {"paused": False}
