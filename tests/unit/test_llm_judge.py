@@ -182,6 +182,46 @@ def test_a_connection_closed_without_an_answer_is_retried() -> None:
                                                 response=httpx.Response(400)))
 
 
+class Trickle(BaseHTTPRequestHandler):
+    """Answers 200 at once, then its body a byte every 0.3 s: each wait for bytes is short, the whole is not."""
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server API
+        self.rfile.read(int(self.headers["Content-Length"]))
+        body = b'{"choices": [{"message": {"content": "{}"}}]}' + b" " * 200
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        for byte in body:
+            try:
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+            except OSError:
+                return
+            time.sleep(0.3)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        return
+
+
+def test_a_server_that_trickles_its_answer_is_cut_off_at_the_deadline() -> None:
+    """A synthesis audit: httpx's timeout bounds each wait for bytes, so a body sent a byte every few seconds
+    held `dream synthesize` for 161 s against a 120 s timeout (and would have for as long as it trickled)."""
+    import httpx
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Trickle)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        endpoint = ChatEndpoint(f"http://127.0.0.1:{srv.server_address[1]}/v1", "m", timeout_s=1.0)
+        start = time.monotonic()
+        with pytest.raises(httpx.ReadTimeout):
+            endpoint.ask_json([{"role": "user", "content": "hi"}])
+        assert time.monotonic() - start < 6  # about twice the timeout at most, not the 75 s the body takes
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
 def test_a_failing_judge_is_counted_and_said(pair: tuple[Memory, list[Memory]],
                                               caplog: pytest.LogCaptureFixture) -> None:
     """An audit: with the endpoint down, `dream replay` printed what the offline judge prints; only a rule
