@@ -33,6 +33,7 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 from scipy.spatial.distance import squareform
 
+from dreamstream.agents import text_features as tf
 from dreamstream.agents.theme_reader import MAX_LINES, ReadTheme
 from dreamstream.schemas.memory import Memory, parse_time
 
@@ -962,10 +963,61 @@ def read_themes(user_memories: Sequence[Memory], embed: Embed, reader: ReadTheme
         key = "theme:" + first.memory_id
         keys.add(key)
         shared = shared_content([terms[i] for i in g], weights)
-        themes.append(_theme(user_id, person, key, members, ", ".join(t for t, _ in shared[:4]), read.text))
+        text = read.text
+        if not traceable(text, shown, person):
+            # A name or number the record does not hold (another person's fact, or an invented one): the theme
+            # stays, worded from its members as offline, or goes when they word no pattern.
+            text = pattern_text(person, [m.text for m in members], [t for t, _ in shared],
+                                [m.created_at for m in members], min_details=MIN_DETAILS)
+            if not text:
+                continue
+        themes.append(_theme(user_id, person, key, members, ", ".join(t for t, _ in shared[:4]), text))
     if answer and not themes:
         return None  # it named themes and none holds (restatements only): no usable answer, group offline
     return themes
+
+
+_MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+           "november", "december")
+
+
+def _vocabulary(record: Sequence[Memory], person: str) -> tuple[set[str], set[str]]:
+    """(the words and names, the numbers) a person's record holds, with the years and months it was said in."""
+    words = set(tf.words(person)) | {"user"}
+    numbers: set[str] = set()
+    for m in record:
+        words |= set(tf.words(m.text)) | set(tf._names(m.text))
+        numbers |= set(tf.numbers(m.text))
+        year, month = m.created_at[:4], m.created_at[5:7]
+        if month.isdigit() and 1 <= int(month) <= 12:
+            name = _MONTHS[int(month) - 1]
+            words |= {year, name, name[:3]}
+            numbers |= {year, str(int(month))}
+    return words, numbers
+
+
+def _known(token: str, words: set[str]) -> bool:
+    """A name of the sentence the record holds: as it is, without a possessive, each part of a hyphenated one,
+    or sharing all but its last letters with a word of the record ("Ghanaian" / "Ghana", "1920s" / "1920")."""
+    token = token.removesuffix("'s").removesuffix("s'")
+    if token in words or not token:
+        return True
+    if "-" in token:
+        return all(_known(part, words) for part in token.split("-") if part)
+    stem = token[:max(4, len(token) - 4)]
+    return len(token) >= 5 and any(w.startswith(stem) and len(w) >= 4 for w in words)
+
+
+def traceable(text: str, record: Sequence[Memory], person: str) -> bool:
+    """Whether every name and number a reader's sentence states is in the person's record it was shown (or is
+    the person, or a year or month a line was said in). The sentence is the pattern's text, and a reader's
+    theme over four of a person's lines was stored saying another user's PIN and address (a synthesis audit):
+    a theme whose sentence names what the record does not hold is worded from its members instead, never
+    stored with sources that seem to back it. Names are matched loosely (possessives, hyphens, "Ghanaian" for
+    "Ghana"), numbers exactly."""
+    words, numbers = _vocabulary(record, person)
+    return all(_known(t, words) for t in tf._names(text) if not any(ch.isdigit() for ch in t)) \
+        and all(n in numbers or n in words for n in tf.numbers(text))
 
 
 def find_themes(user_memories: Sequence[Memory], embed: Embed, later_says: PairScore | None = None) -> list[Theme]:

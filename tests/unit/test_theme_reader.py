@@ -279,6 +279,22 @@ def test_a_theme_of_restatements_is_no_pattern(embedder: Any) -> None:
     assert syn.read_themes(mems, embedder, lambda lines: []) == []
 
 
+def test_a_readers_sentence_naming_what_the_record_lacks_is_not_the_patterns_text(embedder: Any) -> None:
+    """A synthesis audit: a reader's theme over four of Bea's pottery lines was stored saying another user's PIN
+    and address. Such a sentence gives way to the members' own wording; an honest one is kept."""
+    texts = ["Bea took a wheel-throwing class in Leeds.", "Bea glazes her bowls on Sunday afternoons.",
+             "Bea sells mugs at the Kirkgate market.", "Bea bought a second-hand kiln.", "Bea drives a red Fiat."]
+    mems = [Memory(memory_id=f"b{i}", user_id="bea", text=t, created_at=f"2025-0{i + 1}-03T00:00:00Z",
+                   updated_at=f"2025-0{i + 1}-03T00:00:00Z") for i, t in enumerate(texts)]
+    honest = "Bea has kept up pottery since January 2025: a wheel-throwing class in Leeds, then a kiln of her own."
+    foreign = "Zed's bank PIN is 4921 and Zed lives at 12 Rua Nova."
+    for sentence, kept in ((honest, True), (foreign, False)):
+        [theme] = syn.read_themes(mems, embedder, lambda lines, s=sentence: [ReadTheme(s, (0, 1, 2, 3))]) or []
+        assert theme.memory_ids == ("b0", "b1", "b2", "b3")
+        assert (theme.text == sentence) is kept
+        assert "4921" not in theme.text and "Zed" not in theme.text and "Bea" in theme.text
+
+
 def test_a_theme_given_twice_is_one_pattern_and_anchors_ignore_the_replys_order(embedder: Any) -> None:
     texts = ["Runs about 40 km every week.", "Does a long run every Sunday morning.",
              "Follows a twelve-week training plan for the half marathon.", "Lifts weights three times a week.",
