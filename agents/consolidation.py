@@ -395,11 +395,11 @@ def analyse(
     for newer, older, proposal, score in recorded_reviews(active):
         if newer.memory_id in used or older.memory_id in used:
             continue
-        said = "B may replace it: B was said after A, which arrived late" if said_later(older, newer) \
+        replacing = "B may replace it: B was said after A, which arrived late" if said_later(older, newer) \
             else "it may replace B"  # a late older fact is the one replaced
-        why = said if proposal == "supersede" else "it may be the same as B"
+        note = replacing if proposal == "supersede" else "it may be the same as B"
         _propose(plan, "conflict" if proposal == "supersede" else "merge", newer, older, score,
-                 f"held for review when A was added: {why} (similarity {score:.2f})")
+                 f"held for review when A was added: {note} (similarity {score:.2f})")
         used.update((older.memory_id, newer.memory_id))
     for mtype in sorted(by_type):
         group = by_type[mtype]

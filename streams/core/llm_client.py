@@ -3,9 +3,10 @@
 `POST {base_url}/chat/completions` (Ollama, vLLM, OpenAI and most gateways speak it), JSON mode,
 temperature 0, a deadline on every attempt (the whole answer, not only each wait for bytes) and on the
 call. Transient failures (connect errors, timeouts, HTTP 429 and 5xx) are retried a few times with a
-short backoff, because a busy local server often answers a moment later; anything else (another 4xx, a malformed reply) would fail the same way again, so it
-raises at once. Callers treat any exception as "no answer" and fall back to their offline logic, so
-an endpoint that is down never stops the stream. Reading the reply is `agents.llm_reply`'s job.
+short backoff, because a busy local server often answers a moment later; anything else (another 4xx, a
+malformed reply) would fail the same way again, so it raises at once. Callers treat any exception as "no
+answer" and fall back to their offline logic, so an endpoint that is down never stops the stream.
+Reading the reply is `agents.llm_reply`'s job.
 """
 
 from __future__ import annotations
