@@ -7,6 +7,7 @@ order, and nothing undelivered is passed over; a batch that fails to store is re
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -101,7 +102,12 @@ async def _probe() -> AIOKafkaConsumer:
     if "committed_probe" not in _runtime:
         probe = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap_servers, group_id=app.conf.id,
                                  enable_auto_commit=False, **settings.kafka.aiokafka_kwargs())
-        await probe.start()
+        try:  # the watchdog asks every few seconds: a broker that is down must not hold its timer
+            await asyncio.wait_for(probe.start(), timeout=10)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await probe.stop()
+            raise
         _runtime["committed_probe"] = probe
     probe_: AIOKafkaConsumer = _runtime["committed_probe"]
     return probe_
