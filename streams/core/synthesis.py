@@ -273,6 +273,7 @@ def run_memories(
         # A pattern gone from the store (never written after a crash, a rebuilt store, an erased user whose
         # memories came back) means the reading has to be done again.
         record.reason = "unchanged"
+        record.themes_by = "llm"  # its patterns are the reader's (a run record said offline: read as a failure)
         return record
     project_of_id = {m.memory_id: m.project_id for m in evidence}
     if digest is not None and read_themes is not None:

@@ -126,6 +126,7 @@ def test_the_reader_groups_from_the_persons_own_current_facts(edge_store: Any, e
 
     again = run("2025-04-09T00:00:00Z")  # same evidence: the reader is not asked again, nothing rewritten
     assert len(ThemeChat.prompts) == 1 and not again.ran and again.reason == "unchanged" and not again.events
+    assert again.themes_by == "llm"  # its patterns are the reader's: a run record said offline (an audit)
     # Nor in a new process (the state read back from its file, a reader that remembers no reply): a restarted
     # worker or a forced re-run must not let the model's variance reword or retire what it already read.
     restarted = synth_run(edge_store, embedder, runner.SynthesisState.load(tmp_path / "state.json"),
