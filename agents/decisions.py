@@ -20,6 +20,9 @@ conflict: a change was due but a target is pinned; nothing changes, the case is 
 review: the judge abstained (a likely merge or update without enough evidence); nothing changes,
 the pair is kept with its evidence for the consolidation pass, where a person decides."""
 
+HIDDEN_ON_ARRIVAL = {"merge_new": "merged", "supersede_new": "superseded"}
+"""The actions that store the new memory hidden behind its one target, and the status it takes."""
+
 
 @dataclass(frozen=True)
 class Decision:

@@ -977,12 +977,9 @@ def read_themes(user_memories: Sequence[Memory], embed: Embed, reader: ReadTheme
     return themes
 
 
-_MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
-           "november", "december")
-
-
 def _vocabulary(record: Sequence[Memory], person: str) -> tuple[set[str], set[str]]:
-    """(the words and names, the numbers) a person's record holds, with the years and months it was said in."""
+    """(the words and names, the numbers) a person's record holds, with the years and months it was said in
+    (a month's name is a time word, never a name: `text_features._names`)."""
     words = set(tf.words(person)) | {"user"}
     numbers: set[str] = set()
     for m in record:
@@ -990,8 +987,6 @@ def _vocabulary(record: Sequence[Memory], person: str) -> tuple[set[str], set[st
         numbers |= set(tf.numbers(m.text))
         year, month = m.created_at[:4], m.created_at[5:7]
         if month.isdigit() and 1 <= int(month) <= 12:
-            name = _MONTHS[int(month) - 1]
-            words |= {year, name, name[:3]}
             numbers |= {year, str(int(month))}
     return words, numbers
 

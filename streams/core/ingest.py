@@ -24,7 +24,7 @@ import numpy as np
 import orjson
 
 from dreamstream.agents import merge_supersede
-from dreamstream.agents.decisions import Decision
+from dreamstream.agents.decisions import HIDDEN_ON_ARRIVAL, Decision
 from dreamstream.schemas.errors import StoreError
 from dreamstream.schemas.events import (
     InvalidEvent,
@@ -38,7 +38,7 @@ from dreamstream.schemas.events import (
 from dreamstream.schemas.memory import EMBEDDING_DIM, LINK_FIELDS, Memory, MemoryAdded, parse_time
 from dreamstream.streams import faults, settings
 from dreamstream.streams.core import changes, judges
-from dreamstream.streams.core.undo import undo_decision
+from dreamstream.streams.core.undo import HIDDEN_BY, undo_decision
 from dreamstream.streams.store import MemoryStore, text_key
 
 log = logging.getLogger("dreamstream.pipeline")
@@ -847,25 +847,21 @@ class Processor:
             return writes
         if not targets:
             return writes
-        if decision.action == "merge_new":
+        if decision.action in HIDDEN_ON_ARRIVAL:
+            # The new memory hidden behind its target: merged into it (a restatement), or superseded by it (said
+            # before it, it arrived late).
             canonical = targets[0]
+            hidden = HIDDEN_ON_ARRIVAL[decision.action]
+            link, back = HIDDEN_BY[hidden]
             before = new.status
-            new.status, new.merged_into = "merged", canonical.memory_id
-            canonical.merged_from = [*canonical.merged_from, new.memory_id]
+            new.status = hidden  # type: ignore[assignment]
+            setattr(new, link, canonical.memory_id)
+            setattr(canonical, back, [*getattr(canonical, back), new.memory_id])
             canonical.decision_ids = [*canonical.decision_ids, did]
             writes.setdefault(canonical.memory_id, {}).update(
-                merged_from=canonical.merged_from, decision_ids=canonical.decision_ids)
+                {back: getattr(canonical, back), "decision_ids": canonical.decision_ids})
             result.status_events.append(status_event(
-                did, new.memory_id, new.user_id, before, "merged", canonical.memory_id, "merge_new", evidence))
-        elif decision.action == "supersede_new":
-            newer = targets[0]  # said after the new memory, which arrived late: the new one is history on arrival
-            before = new.status
-            new.status, new.superseded_by = "superseded", newer.memory_id
-            newer.supersedes = [*newer.supersedes, new.memory_id]
-            newer.decision_ids = [*newer.decision_ids, did]
-            writes.setdefault(newer.memory_id, {}).update(supersedes=newer.supersedes, decision_ids=newer.decision_ids)
-            result.status_events.append(status_event(
-                did, new.memory_id, new.user_id, before, "superseded", newer.memory_id, "supersede_new", evidence))
+                did, new.memory_id, new.user_id, before, hidden, canonical.memory_id, decision.action, evidence))
         elif decision.action in ("merge_old", "supersede"):
             to_status = "merged" if decision.action == "merge_old" else "superseded"
             link = "merged_into" if decision.action == "merge_old" else "superseded_by"

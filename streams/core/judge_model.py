@@ -152,7 +152,7 @@ class CrossEncoder:
         self.session = ort.InferenceSession(str(cross_graph(weights)), options, providers=["CPUExecutionProvider"])
         self.tokenizer = Tokenizer.from_file(os.path.join(model_path(), "tokenizer.json"))
         self.tokenizer.enable_truncation(CROSS_MAX_TOKENS)
-        self.tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+        self.tokenizer.no_padding()  # each pair runs alone (whatever the packaged file sets)
 
     def __call__(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
         """One run per pair: the int8 graph scales its activations by the whole input's range, so a pair
@@ -163,7 +163,7 @@ class CrossEncoder:
             return np.zeros((0, len(CLASSES)), np.float32)
         rows = []
         for enc in self.tokenizer.encode_batch(list(pairs)):
-            ids = np.array([enc.ids[: sum(enc.attention_mask)]], dtype=np.int64)  # its padding cut away
+            ids = np.array([enc.ids], dtype=np.int64)
             hidden = self.session.run(None, {"input_ids": ids, "attention_mask": np.ones_like(ids)})[0][0]
             rows.append(np.concatenate([hidden[0], hidden.mean(axis=0)]))
         return _softmax(np.stack(rows) @ self.w.T + self.b)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from dreamstream.agents.consolidation import SOURCE as PASS_SOURCE
+from dreamstream.agents.decisions import HIDDEN_ON_ARRIVAL
 from dreamstream.schemas.events import now_iso, status_event
 from dreamstream.schemas.memory import Memory
 from dreamstream.streams.core import changes
@@ -76,11 +77,11 @@ def plan_undo(store: MemoryStore, decision_id: str, by: str | None = None, user:
         # Only the decision's own user's memories: an id freed by a hard delete may since name another user's.
         members = {k: m for k, m in store.retrieve([new_id, *record["targets"]]).items() if m.user_id == owner.user_id}
         new = members.get(new_id)
-        if new is not None and action in ("merge_new", "supersede_new") and record["targets"]:
+        if new is not None and action in HIDDEN_ON_ARRIVAL and record["targets"]:
             # The new memory was hidden behind its target: merged into it, or (said before it, arrived late)
             # superseded by it.
-            hidden, link, back = ("merged", "merged_into", "merged_from") if action == "merge_new" \
-                else ("superseded", "superseded_by", "supersedes")
+            hidden = HIDDEN_ON_ARRIVAL[action]
+            link, back = HIDDEN_BY[hidden]
             canonical = members.get(record["targets"][0])
             before = record["before"][new_id]["status"]
             if new.status == hidden and getattr(new, link) == record["targets"][0]:

@@ -125,7 +125,7 @@ async def lag_on_broker(tps: Sequence[Any]) -> dict[Any, int]:
         ends = await asyncio.wait_for(probe.end_offsets(parts), timeout=10)
         out = {}
         for tp, part in zip(tps, parts, strict=True):
-            done = await asyncio.wait_for(probe.committed(part), timeout=10)
+            done = await committed_on_broker(tp)
             if done is None:
                 done = (await asyncio.wait_for(probe.beginning_offsets([part]), timeout=10))[part]
             out[tp] = max(int(ends[part]) - int(done), 0)
