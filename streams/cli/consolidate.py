@@ -51,12 +51,12 @@ def _ask(prompt: str) -> str | None:
     was ignored and the next Enter applied the pass. Here a Ctrl-C ends the read at once."""
     if _INTERRUPTED:
         return None
-    click.echo(prompt + " ", nl=False)
     main = threading.current_thread() is threading.main_thread()
     previous = signal.getsignal(signal.SIGINT) if main else None
-    if main:
+    if main:  # before the prompt shows: a Ctrl-C right after it went to asyncio's handler (a CI run under load)
         signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
+        click.echo(prompt + " ", nl=False)
         line = sys.stdin.readline()
     except KeyboardInterrupt:
         _INTERRUPTED.append(True)
